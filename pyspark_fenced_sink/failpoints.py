@@ -1,0 +1,124 @@
+"""Named fail points at protocol steps (PROTOCOL.md, "Fail points").
+
+Tests make a process fail at an exact step of the protocol and then check that
+the next writer (or ``fencedlake recover``) finishes the work. A fail point is
+armed by the environment variable ``FENCEDLAKE_FAILPOINTS`` or by the sink
+option ``test.failpoints`` (which reaches executors and the driver's commit
+worker through the pickled writer), both in the form::
+
+    name=action[@N][;name=action[@N]...]
+
+Actions:
+    ``raise``      raise :class:`FailPointError` (an ordinary exception);
+    ``crash``      ``os._exit(86)``: the process dies at once, running nothing;
+    ``pause``      create ``<FENCEDLAKE_FAILPOINT_DIR>/<name>.hit`` and block
+                   forever, so a harness can ``kill -9`` the whole application
+                   at exactly this step;
+    ``sleep:MS``   sleep MS milliseconds, then go on.
+
+``@N`` fires on the N-th hit in this process only (default: every hit).
+Unarmed fail points cost one dict lookup. Tests of the Spark-free core install
+a handler with :func:`set_handler` instead.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+__all__ = ["POINTS", "FailPointError", "configure", "hit", "set_handler"]
+
+ENV = "FENCEDLAKE_FAILPOINTS"
+DIR_ENV = "FENCEDLAKE_FAILPOINT_DIR"
+
+POINTS = frozenset(
+    {
+        "executor.after-file-written",
+        "driver.after-open",
+        "commit.before-wal-put",
+        "commit.after-wal-put",
+        "commit.before-catalog-commit",
+        "commit.after-manifests-written",
+        "commit.after-catalog-commit",
+        "gc.after-barrier",
+        "gc.before-delete",
+    }
+)
+
+
+class FailPointError(RuntimeError):
+    """Raised by a fail point armed with ``raise``."""
+
+
+_lock = threading.Lock()
+_handler: Callable[[str], None] | None = None
+_option_spec = ""
+_parsed: tuple[str, dict[str, tuple[str, int | None]]] = ("", {})
+_hits: dict[str, int] = {}
+
+
+def _parse(spec: str) -> dict[str, tuple[str, int | None]]:
+    out: dict[str, tuple[str, int | None]] = {}
+    for part in filter(None, (p.strip() for p in spec.split(";"))):
+        name, sep, action = part.partition("=")
+        name, action = name.strip(), action.strip()
+        if not sep or name not in POINTS:
+            raise ValueError(f"bad fail point {part!r}: expected one of {sorted(POINTS)} as name=action")
+        nth: int | None = None
+        if "@" in action:
+            action, _, count = action.partition("@")
+            nth = int(count)
+        if action not in ("raise", "crash", "pause") and not action.startswith("sleep:"):
+            raise ValueError(f"bad fail point action {action!r} for {name}")
+        out[name] = (action, nth)
+    return out
+
+
+def configure(spec: str | None) -> None:
+    """Arm fail points from an option value (added to the environment's)."""
+    global _option_spec
+    with _lock:
+        _option_spec = spec or ""
+
+
+def set_handler(handler: Callable[[str], None] | None) -> None:
+    """Install a callable run at every fail point (tests of the core), or None."""
+    global _handler
+    _handler = handler
+
+
+def _armed() -> dict[str, tuple[str, int | None]]:
+    global _parsed
+    spec = ";".join(filter(None, (os.environ.get(ENV, ""), _option_spec)))
+    if spec != _parsed[0]:
+        _parsed = (spec, _parse(spec))
+    return _parsed[1]
+
+
+def hit(name: str) -> None:
+    """Run the fail point ``name``: a no-op unless armed."""
+    if name not in POINTS:
+        raise ValueError(f"unknown fail point {name!r}")
+    if _handler is not None:
+        _handler(name)
+    with _lock:
+        armed = _armed().get(name)
+        if armed is None:
+            return
+        count = _hits[name] = _hits.get(name, 0) + 1
+    action, nth = armed
+    if nth is not None and count != nth:
+        return
+    if action == "raise":
+        raise FailPointError(f"fail point {name} fired")
+    if action == "crash":
+        os._exit(86)
+    if action == "pause":
+        marker = Path(os.environ.get(DIR_ENV, ".")) / f"{name}.hit"
+        marker.write_text(str(os.getpid()))
+        while True:
+            time.sleep(3600)
+    time.sleep(int(action.split(":", 1)[1]) / 1000.0)

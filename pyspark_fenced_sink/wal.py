@@ -1,0 +1,236 @@
+"""The write-ahead log: entry codec, key layout, put-if-absent append (PROTOCOL.md §3; driver).
+
+Every entry is one immutable object at ``wal/{seq:020d}.json`` under the
+table's control prefix, created with put-if-absent at the first free position
+after the tail the writer sees (``Wal.append``). A position is never
+overwritten; a writer that loses a position to a peer moves on to the new
+tail. The entry carries its writer's owner ``token``: a put answered "already
+exists" is resolved by reading the object back and comparing tokens (our own
+earlier attempt landed, or a peer's entry is there), never by guessing
+(invariant I7).
+
+Entry kinds:
+
+* ``data``   — a write's files (or none): append or overwrite, with the
+  writer identity, epoch (or a claim), batch id and run;
+* ``fence``  — a fence barrier: the writer's epoch becomes this entry's seq;
+  older epochs' entries after it are never applied (I4);
+* ``expire`` — ``gc``'s barrier: anonymous writes opened before
+  ``expire_before`` are rejected from here on (I6).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from enum import Enum
+from typing import Any
+
+from pyspark_fenced_sink.errors import CommitOutcomeUnknownError, CorruptControlDataError, StoreError
+from pyspark_fenced_sink.storage import ObjectStore, create_resolved
+
+__all__ = ["FORMAT_VERSION", "EntryKind", "Wal", "WalEntry", "decode_entry", "encode_entry", "seq_of", "wal_key"]
+
+FORMAT_VERSION = 1
+WAL_PREFIX = "wal/"
+TOKEN_CHARS = 12  # the prefix of an owner token recorded in snapshot summaries
+
+
+class EntryKind(str, Enum):
+    """What a WAL entry does when it is reconciled."""
+
+    DATA = "data"
+    FENCE = "fence"
+    EXPIRE = "expire"
+
+
+def wal_key(seq: int) -> str:
+    """The object key of WAL position ``seq``."""
+    if seq < 0:
+        raise ValueError(f"WAL seq must be >= 0, got {seq}")
+    return f"{WAL_PREFIX}{seq:020d}.json"
+
+
+def seq_of(key: str) -> int | None:
+    """The WAL position a key names, or None for any other key."""
+    name = key.rsplit("/", 1)[-1]
+    stem, dot, ext = name.partition(".")
+    if dot and ext == "json" and len(stem) == 20 and stem.isdigit():
+        return int(stem)
+    return None
+
+
+@dataclass(frozen=True)
+class WalEntry:
+    """One WAL entry.
+
+    Attributes:
+        kind: data, fence or expire.
+        token: The owner token (unique per write attempt); resolves ambiguous puts.
+        writer: The writer id.
+        ephemeral: True for a batch job's anonymous writer (no epoch, no state kept).
+        epoch: The writer's epoch; None with ``kind`` data/fence of a stable writer
+            means "claim": this entry's own seq becomes the writer's epoch.
+        run: The incarnation (streaming run id or batch write id) that wrote it.
+        query: The streaming query id (stable across restarts), if any.
+        batch: ``writer.batch-id`` or the streaming batch id, if any.
+        strict: Batch ids must follow without gaps (streaming).
+        mode: ``append`` or ``overwrite``.
+        files: Encoded DataFiles (``datafiles.encode_data_file``).
+        opened: The committed upper when the writer opened (``gc`` expiry of anonymous writes).
+        expire_before: For ``expire`` entries: reject anonymous writes opened before this upper.
+        created_ms: Wall clock when the entry was built (informational).
+        rows: Rows in ``files`` (informational).
+    """
+
+    kind: EntryKind
+    token: str
+    writer: str
+    ephemeral: bool = False
+    epoch: int | None = None
+    run: str | None = None
+    query: str | None = None
+    batch: int | None = None
+    strict: bool = False
+    mode: str = "append"
+    files: tuple[Mapping[str, Any], ...] = ()
+    opened: int = 0
+    expire_before: int | None = None
+    created_ms: int = field(default_factory=lambda: int(time.time() * 1000))
+    rows: int = 0
+
+    @property
+    def claims(self) -> bool:
+        """True if reconciling this entry makes its seq the writer's new epoch."""
+        return self.kind in (EntryKind.DATA, EntryKind.FENCE) and self.epoch is None and not self.ephemeral
+
+    def with_token(self, token: str) -> WalEntry:
+        """A copy with another owner token."""
+        return replace(self, token=token)
+
+
+def encode_entry(entry: WalEntry) -> bytes:
+    """Serialize an entry (compact JSON, format-versioned)."""
+    body: dict[str, Any] = {"v": FORMAT_VERSION, "kind": entry.kind.value, "token": entry.token, "writer": entry.writer}
+    optional = {
+        "ephemeral": entry.ephemeral or None,
+        "epoch": entry.epoch,
+        "run": entry.run,
+        "query": entry.query,
+        "batch": entry.batch,
+        "strict": entry.strict or None,
+        "mode": None if entry.mode == "append" else entry.mode,
+        "files": list(entry.files) or None,
+        "opened": entry.opened or None,
+        "expire_before": entry.expire_before,
+        "created_ms": entry.created_ms,
+        "rows": entry.rows or None,
+    }
+    body.update({k: v for k, v in optional.items() if v is not None})
+    return json.dumps(body, separators=(",", ":"), sort_keys=True).encode()
+
+
+def decode_entry(data: bytes, key: str = "?") -> WalEntry:
+    """Parse an entry; raise CorruptControlDataError naming ``key`` if it is not one."""
+    try:
+        body = json.loads(data)
+        if body.get("v") != FORMAT_VERSION:
+            raise CorruptControlDataError(
+                f"WAL object {key} has format version {body.get('v')!r}, this fencedlake reads "
+                f"{FORMAT_VERSION}: upgrade fencedlake on every writer of this table"
+            )
+        mode = body.get("mode", "append")
+        if mode not in ("append", "overwrite"):
+            raise ValueError(f"bad mode {mode!r}")
+        return WalEntry(
+            kind=EntryKind(body["kind"]),
+            token=str(body["token"]),
+            writer=str(body["writer"]),
+            ephemeral=bool(body.get("ephemeral", False)),
+            epoch=_opt_int(body.get("epoch")),
+            run=body.get("run"),
+            query=body.get("query"),
+            batch=_opt_int(body.get("batch")),
+            strict=bool(body.get("strict", False)),
+            mode=mode,
+            files=tuple(body.get("files") or ()),
+            opened=int(body.get("opened", 0)),
+            expire_before=_opt_int(body.get("expire_before")),
+            created_ms=int(body.get("created_ms", 0)),
+            rows=int(body.get("rows", 0)),
+        )
+    except CorruptControlDataError:
+        raise
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
+        raise CorruptControlDataError(
+            f"WAL object {key} is not a valid fencedlake entry ({e}); move it aside and run "
+            "`fencedlake status` to see what is pending"
+        ) from e
+
+
+def _opt_int(value: Any) -> int | None:
+    return None if value is None else int(value)
+
+
+class Wal:
+    """Reads and appends WAL entries in one control store."""
+
+    put_attempts = 5
+
+    def __init__(
+        self, store: ObjectStore, *, label: str = "", sleep: Callable[[float], None] = time.sleep
+    ) -> None:
+        self.store = store
+        self.label = label or repr(store)
+        self.sleep = sleep
+
+    def scan(self, start: int) -> list[int]:
+        """Positions present at or after ``start``, sorted (one LIST request)."""
+        after = wal_key(start - 1) if start > 0 else ""
+        seqs = (seq_of(k) for k in self.store.list(WAL_PREFIX, after))
+        return sorted(s for s in seqs if s is not None and s >= start)
+
+    def read(self, seq: int) -> WalEntry | None:
+        """The entry at ``seq``, or None if the position is empty."""
+        data = self.store.get(wal_key(seq))
+        return None if data is None else decode_entry(data, f"{self.label}/{wal_key(seq)}")
+
+    def append(self, entry: WalEntry, start: int) -> int:
+        """Put ``entry`` at the first free position after the tail seen from ``start``.
+
+        Returns the seq the entry now occupies. Raises StoreError if nothing
+        can have been written, or CommitOutcomeUnknownError if a put may have
+        landed but could not be confirmed.
+        """
+        data = encode_entry(entry)
+        seqs = self.scan(start)
+        seq = seqs[-1] + 1 if seqs else start
+        while True:
+            if self._put_resolved(seq, data, entry.token):
+                return seq
+            seqs = self.scan(seq + 1)
+            seq = seqs[-1] + 1 if seqs else seq + 1
+
+    def _put_resolved(self, seq: int, data: bytes, token: str) -> bool:
+        """True if the object at ``seq`` is ours after this call, False if a peer's."""
+        key = wal_key(seq)
+        try:
+            return create_resolved(
+                self.store,
+                key,
+                data,
+                token,
+                lambda raw: decode_entry(raw, f"{self.label}/{key}").token,
+                attempts=self.put_attempts,
+                sleep=self.sleep,
+            )
+        except StoreError as e:
+            if e.ambiguous:
+                raise CommitOutcomeUnknownError(
+                    f"WAL put at {self.label}/{key} may have landed but could not be confirmed ({e}); "
+                    "the next commit on the table resolves it",
+                    seq=seq,
+                ) from e
+            raise
