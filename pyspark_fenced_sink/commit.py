@@ -68,11 +68,13 @@ class TableView:
         state: The fencedlake committed state in that version.
         version: Changes with every catalog commit (e.g. the metadata location).
         snapshot_id: The current snapshot id of the main branch, if any.
+        spec_id: The table's default partition spec id (None: not tracked).
     """
 
     state: CommittedState
     version: str
     snapshot_id: int | None = None
+    spec_id: int | None = None
 
 
 class TablePort(Protocol):
@@ -237,7 +239,7 @@ def _drive(ctx: CommitContext, entry: WalEntry, seq: int, view: TableView, progr
             continue
         pending = _read_pending(ctx, view.state.upper, known_last, cache)
         known_last = None
-        plan = reconcile(view.state, pending, max_group=ctx.max_group)
+        plan = reconcile(view.state, pending, max_group=ctx.max_group, spec_id=view.spec_id)
         mine = plan.decision_for(seq)
         if mine is not None and mine.outcome is not Outcome.APPLIED and not plan.applied_before(seq):
             fresh = ctx.port.load()
@@ -348,7 +350,7 @@ def recover(ctx: CommitContext) -> list[CommitRecord]:
     view = ctx.port.load()
     while ctx.now() <= progress.t0 + ctx.max_wait_s:
         pending = _read_pending(ctx, view.state.upper, None, cache)
-        plan = reconcile(view.state, pending, max_group=ctx.max_group)
+        plan = reconcile(view.state, pending, max_group=ctx.max_group, spec_id=view.spec_id)
         if not plan.decisions:
             return records
         view, landed = _commit_plan(ctx, view, plan, pending, nobody, progress)

@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-__all__ = ["POINTS", "FailPointError", "configure", "hit", "set_handler"]
+__all__ = ["POINTS", "FailPointError", "configure", "hit", "set_handler", "validate"]
 
 ENV = "FENCEDLAKE_FAILPOINTS"
 DIR_ENV = "FENCEDLAKE_FAILPOINT_DIR"
@@ -75,6 +75,11 @@ def _parse(spec: str) -> dict[str, tuple[str, int | None]]:
             raise ValueError(f"bad fail point action {action!r} for {name}")
         out[name] = (action, nth)
     return out
+
+
+def validate(spec: str) -> None:
+    """Raise ValueError if ``spec`` is not a valid fail point specification."""
+    _parse(spec)
 
 
 def configure(spec: str | None) -> None:

@@ -29,11 +29,11 @@ from pyiceberg.exceptions import CommitFailedException, CommitStateUnknownExcept
 from pyiceberg.manifest import DataFile, DataFileContent
 from pyiceberg.table import Table, Transaction
 from pyiceberg.table.metadata import TableMetadata
-from pyiceberg.table.update import AssertTableUUID, update_table_metadata
+from pyiceberg.table.update import AssertDefaultSpecId, AssertTableUUID, update_table_metadata
 
 from pyspark_fenced_sink import failpoints
 from pyspark_fenced_sink.commit import CommitConflict, CommitUnknown, TableView
-from pyspark_fenced_sink.datafiles import decode_data_file
+from pyspark_fenced_sink.datafiles import decode_data_file, encoded_spec_id
 from pyspark_fenced_sink.errors import InvalidOptionsError
 from pyspark_fenced_sink.reconcile import ReconcilePlan
 from pyspark_fenced_sink.state import STATE_PROPERTY, CommitRecord, CommittedState, decode_record, encode_record
@@ -81,7 +81,12 @@ def view_of(table: Table) -> TableView:
     """The committed view of a loaded table."""
     snapshot = table.current_snapshot()
     state = CommittedState.decode(table.properties.get(STATE_PROPERTY), where=".".join(table.name()))
-    return TableView(state=state, version=str(table.metadata_location), snapshot_id=snapshot.snapshot_id if snapshot else None)
+    return TableView(
+        state=state,
+        version=str(table.metadata_location),
+        snapshot_id=snapshot.snapshot_id if snapshot else None,
+        spec_id=table.metadata.default_spec_id,
+    )
 
 
 class IcebergTablePort:
@@ -139,7 +144,7 @@ class IcebergTablePort:
         fv = metadata.format_version
         partition_types = {sid: spec.partition_type(schema) for sid, spec in specs.items()}
         added = [
-            decode_data_file(f, partition_types[int(f.get("spec_id", metadata.default_spec_id))], fv)
+            decode_data_file(f, partition_types[encoded_spec_id(f)], fv)
             for s in plan.apply
             for f in entries[s].files
         ]
@@ -157,7 +162,11 @@ class IcebergTablePort:
         producer.commit()
         tx.set_properties({STATE_PROPERTY: plan.state.encode()})
         failpoints.hit("commit.after-manifests-written")
-        requirements = (*tx._requirements, AssertTableUUID(uuid=metadata.table_uuid))
+        requirements = (
+            *tx._requirements,
+            AssertTableUUID(uuid=metadata.table_uuid),
+            AssertDefaultSpecId(default_spec_id=metadata.default_spec_id),
+        )
         try:
             table._do_commit(updates=tx._updates, requirements=requirements)
         except CommitFailedException as e:

@@ -65,6 +65,7 @@ class Outcome(str, Enum):
     GAP = "G"
     QUERY_MISMATCH = "Q"
     EXPIRED = "X"
+    SPEC_CHANGED = "S"
     BARRIER = "B"
     MARK = "M"
 
@@ -181,12 +182,23 @@ def _decide(
     return Outcome.APPLIED, "", expired_before
 
 
+def _spec_changed(entry: WalEntry, spec_id: int | None) -> bool:
+    return bool(entry.files) and spec_id is not None and entry.spec_id is not None and entry.spec_id != spec_id
+
+
 def reconcile(
-    state: CommittedState, entries: Mapping[int, WalEntry], *, max_group: int = MAX_GROUP_DEFAULT
+    state: CommittedState,
+    entries: Mapping[int, WalEntry],
+    *,
+    max_group: int = MAX_GROUP_DEFAULT,
+    spec_id: int | None = None,
 ) -> ReconcilePlan:
     """Plan the next commit from ``state`` and the entries at or above its upper.
 
     Entries below ``state.upper`` in ``entries`` are ignored (already reconciled).
+    ``spec_id`` is the table's default partition spec in the same version: data
+    files written with another spec are rejected (SPEC_CHANGED), because a
+    commit can only add files under the default spec.
     """
     writers = dict(state.writers)
     expired_before = state.expired_before
@@ -205,6 +217,13 @@ def reconcile(
             break
         trial = dict(writers)
         outcome, detail, trial_expired = _decide(seq, entry, trial, expired_before)
+        if outcome is Outcome.APPLIED and _spec_changed(entry, spec_id):
+            if entry.writer in trial and not entry.ephemeral:  # keep a claim's epoch, not the batch
+                before = writers.get(entry.writer)
+                trial[entry.writer] = replace(trial[entry.writer], last_batch=before.last_batch if before else None)
+            outcome, detail = Outcome.SPEC_CHANGED, (
+                f"files were written with partition spec {entry.spec_id}; the table's spec is now {spec_id}"
+            )
         applies = outcome is Outcome.APPLIED and entry.kind is EntryKind.DATA
         if applies and entry.mode == "overwrite" and apply:
             stop = "overwrite"

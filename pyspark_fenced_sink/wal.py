@@ -83,6 +83,7 @@ class WalEntry:
         expire_before: For ``expire`` entries: reject anonymous writes opened before this upper.
         created_ms: Wall clock when the entry was built (informational).
         rows: Rows in ``files`` (informational).
+        spec_id: The partition spec the files were written with.
     """
 
     kind: EntryKind
@@ -100,6 +101,7 @@ class WalEntry:
     expire_before: int | None = None
     created_ms: int = field(default_factory=lambda: int(time.time() * 1000))
     rows: int = 0
+    spec_id: int | None = None
 
     @property
     def claims(self) -> bool:
@@ -127,6 +129,7 @@ def encode_entry(entry: WalEntry) -> bytes:
         "expire_before": entry.expire_before,
         "created_ms": entry.created_ms,
         "rows": entry.rows or None,
+        "spec_id": entry.spec_id,
     }
     body.update({k: v for k, v in optional.items() if v is not None})
     return json.dumps(body, separators=(",", ":"), sort_keys=True).encode()
@@ -160,6 +163,7 @@ def decode_entry(data: bytes, key: str = "?") -> WalEntry:
             expire_before=_opt_int(body.get("expire_before")),
             created_ms=int(body.get("created_ms", 0)),
             rows=int(body.get("rows", 0)),
+            spec_id=_opt_int(body.get("spec_id")),
         )
     except CorruptControlDataError:
         raise

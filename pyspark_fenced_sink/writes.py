@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from pyspark_fenced_sink.datafiles import encoded_path
 from pyspark_fenced_sink.commit import CommitContext, CommitResult, TableView, commit_entry
 from pyspark_fenced_sink.errors import FencedWriterError, WriteRejectedError
 from pyspark_fenced_sink.fencing import WriterIdentity, new_token
@@ -28,6 +29,7 @@ _HINTS = {
     Outcome.GAP: "the query's checkpoint was lost or swapped; restore it or use a new writer.id",
     Outcome.QUERY_MISMATCH: "a writer.id belongs to one streaming query (checkpoint); use a new writer.id",
     Outcome.EXPIRED: "the write outlived gc's grace period; rerun it (or raise gc's --grace for long jobs)",
+    Outcome.SPEC_CHANGED: "the table's partition spec changed while the write ran; rerun it",
 }
 
 
@@ -40,6 +42,7 @@ def data_entry(
     query: str | None = None,
     strict: bool = False,
     rows: int = 0,
+    spec_id: int | None = None,
 ) -> WalEntry:
     """The data entry of a write by ``identity``."""
     return WalEntry(
@@ -56,6 +59,7 @@ def data_entry(
         files=tuple(files),
         opened=identity.opened,
         rows=rows,
+        spec_id=spec_id,
     )
 
 
@@ -88,6 +92,6 @@ def finish_write(
     """
     result = commit_entry(ctx, entry, view=view)
     if result.outcome is not Outcome.APPLIED and entry.files:
-        remove_files([str(f["path"]) for f in entry.files])
+        remove_files([encoded_path(f) for f in entry.files])
     raise_for_outcome(result, ctx.port.name)
     return result

@@ -118,7 +118,7 @@ class Env:
         for i in range(count):
             name = FileTag(tag.writer, tag.ephemeral, tag.epoch, tag.opened, tag.batch, i, 0).file_name()
             self.disk[name] = FileTag.parse(name) or tag
-            files.append({"path": name, "key": f"{key}#{i}"})
+            files.append({"p": name, "key": f"{key}#{i}"})
         return files
 
     def remove_files(self, paths: Any) -> None:
@@ -375,7 +375,7 @@ def check(env: Env, ctx: CommitContext, pending_before: int, recover_commits: in
                     v.append(f"I1: {w.proc} reported APPLIED for {key} but it was never applied")
                 elif key not in keys and not any(s > applied_at for s in overwrite_seqs):
                     v.append(f"I1: {w.proc} reported APPLIED for {key} but its rows are not in the table")
-        paths = {str(f["path"]) for f in w.entry.files}
+        paths = {str(f["p"]) for f in w.entry.files}
         if isinstance(w.error, (FencedWriterError, WriteRejectedError)) and paths & t.ever_referenced:
             v.append(f"I1/I4: {w.proc} got {type(w.error).__name__} but its files were applied")
     # I6: every file a snapshot references still exists (no cleanup or gc removed one).
@@ -384,7 +384,7 @@ def check(env: Env, ctx: CommitContext, pending_before: int, recover_commits: in
         gc_deleted = [p for p in missing if p in env.deleted_by_gc]
         v.append(f"I6: files referenced by the table were deleted: {missing[:5]} (by gc: {gc_deleted[:5]})")
     v.extend(_check_fencing(outcome_at, by_token))
-    if {str(f["path"]) for f in t.files} - t.ever_referenced:
+    if {str(f["p"]) for f in t.files} - t.ever_referenced:
         v.append("model bug: live files not recorded as referenced")
     return v
 

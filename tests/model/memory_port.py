@@ -84,7 +84,7 @@ class MemoryTablePort:
             if plan.overwrite:
                 t.files = []
             t.files.extend(added)
-            t.ever_referenced.update(str(f["path"]) for f in added)
+            t.ever_referenced.update(str(f["p"]) for f in added)
             t.version += 1
             t.state = plan.state
             t.states.append(plan.state)

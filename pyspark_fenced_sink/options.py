@@ -1,0 +1,228 @@
+"""Sink options: keys, defaults, validation (driver).
+
+Every option key is defined once here, with its ``*_DEFAULT`` sibling.
+:func:`parse_options` validates everything on the driver before any task
+runs and returns a frozen :class:`SinkOptions`; a bad option raises
+``InvalidOptionsError`` naming the key, the value found and what is expected.
+Spark lower-cases option keys; values keep their case. :func:`redact` masks
+secrets for logs and error messages.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pyspark_fenced_sink.errors import InvalidOptionsError
+from pyspark_fenced_sink.naming import validate_writer_id
+
+__all__ = ["SinkOptions", "parse_options", "redact"]
+
+TABLE = "table"
+PATH = "path"  # what .save("ns.table") passes
+CATALOG = "catalog"
+CATALOG_PREFIX = "catalog."
+WAREHOUSE = "warehouse"
+WAREHOUSE_ENV = "FENCEDLAKE_WAREHOUSE"
+WAREHOUSE_DEFAULT = "./fencedlake-warehouse"
+CREATE_TABLE = "create-table"
+CREATE_TABLE_DEFAULT = True
+PARTITION_BY = "partition-by"
+PARTITION_BY_DEFAULT = ""
+TABLE_PROPERTY_PREFIX = "table."
+MERGE_SCHEMA = "merge-schema"
+MERGE_SCHEMA_DEFAULT = False
+WRITER_ID = "writer.id"
+WRITER_BATCH_ID = "writer.batch-id"
+COMMIT_MAX_WAIT_MS = "commit.max-wait-ms"
+COMMIT_MAX_WAIT_MS_DEFAULT = 300_000
+COMMIT_MAX_GROUP_SIZE = "commit.max-group-size"
+COMMIT_MAX_GROUP_SIZE_DEFAULT = 1000
+TEST_FAILPOINTS = "test.failpoints"
+SPARK_PASSED = frozenset({PATH, "checkpointlocation", "queryname"})
+
+_KNOWN = frozenset(
+    {
+        TABLE,
+        CATALOG,
+        WAREHOUSE,
+        CREATE_TABLE,
+        PARTITION_BY,
+        MERGE_SCHEMA,
+        WRITER_ID,
+        WRITER_BATCH_ID,
+        COMMIT_MAX_WAIT_MS,
+        COMMIT_MAX_GROUP_SIZE,
+        TEST_FAILPOINTS,
+    }
+)
+_SECRET = re.compile(r"secret|password|passwd|token|credential|key|auth|sas", re.IGNORECASE)
+_URI_PASSWORD = re.compile(r"(://[^:/@]+:)([^@]+)(@)")
+_IDENT = re.compile(r"^[A-Za-z0-9_$-]+$")
+
+
+def redact(properties: Mapping[str, str]) -> dict[str, str]:
+    """A copy safe to log: secret-looking values masked, passwords removed from URIs."""
+    return {
+        k: "****" if _SECRET.search(k) else _URI_PASSWORD.sub(r"\1****\3", str(v)) for k, v in properties.items()
+    }
+
+
+@dataclass(frozen=True)
+class SinkOptions:
+    """Validated sink options (see the README's option table).
+
+    Attributes:
+        table: Table identifier ``namespace.table`` (namespaces may nest: ``a.b.t``).
+        catalog_name: pyiceberg catalog name (``.pyiceberg.yaml`` / ``PYICEBERG_CATALOG__*``), or None.
+        catalog_properties: pyiceberg catalog properties from ``catalog.<key>`` options.
+        warehouse: Absolute warehouse path of the embedded default catalog.
+        create_table: Create the table (and namespace) from the DataFrame if missing.
+        partition_by: Partition spec for a created table (``"day(ts), bucket(16, id)"``).
+        table_properties: ``table.<prop>`` options: properties of a created table.
+        merge_schema: Add DataFrame columns missing from the table.
+        writer_id: Stable writer identity, or None (batch: anonymous writer).
+        batch_id: ``writer.batch-id`` (idempotent batch re-runs), or None.
+        commit_max_wait_ms: How long a commit waits for its outcome before "outcome unknown".
+        commit_max_group_size: At most this many WAL entries per catalog commit.
+        failpoints: Test fail points (``test.failpoints``).
+    """
+
+    table: str
+    catalog_name: str | None = None
+    catalog_properties: Mapping[str, str] = field(default_factory=dict)
+    warehouse: str = ""
+    create_table: bool = CREATE_TABLE_DEFAULT
+    partition_by: str = PARTITION_BY_DEFAULT
+    table_properties: Mapping[str, str] = field(default_factory=dict)
+    merge_schema: bool = MERGE_SCHEMA_DEFAULT
+    writer_id: str | None = None
+    batch_id: int | None = None
+    commit_max_wait_ms: int = COMMIT_MAX_WAIT_MS_DEFAULT
+    commit_max_group_size: int = COMMIT_MAX_GROUP_SIZE_DEFAULT
+    failpoints: str = ""
+
+    @property
+    def embedded(self) -> bool:
+        """True when the embedded default catalog (SQLite + local warehouse) is used."""
+        return self.catalog_name is None and not self.catalog_properties
+
+    def __repr__(self) -> str:
+        return (
+            f"SinkOptions(table={self.table!r}, catalog={self.catalog_name!r}, "
+            f"catalog_properties={redact(self.catalog_properties)}, warehouse={self.warehouse!r}, "
+            f"writer_id={self.writer_id!r}, batch_id={self.batch_id!r})"
+        )
+
+
+def _bool(options: Mapping[str, str], key: str, default: bool) -> bool:
+    raw = options.get(key)
+    if raw is None:
+        return default
+    value = str(raw).strip().lower()
+    if value not in ("true", "false"):
+        raise InvalidOptionsError(f"option {key}={raw!r} is invalid: expected true or false")
+    return value == "true"
+
+
+def _int(options: Mapping[str, str], key: str, default: int | None, minimum: int) -> int | None:
+    raw = options.get(key)
+    if raw is None:
+        return default
+    try:
+        value = int(str(raw).strip())
+    except ValueError:
+        value = minimum - 1
+    if value < minimum:
+        raise InvalidOptionsError(f"option {key}={raw!r} is invalid: expected an integer >= {minimum}")
+    return value
+
+
+def _table_name(options: Mapping[str, str]) -> str:
+    path, table = options.get(PATH), options.get(TABLE)
+    if path and table and path != table:
+        raise InvalidOptionsError(f"two table names given: save({path!r}) and option table={table!r}; give one")
+    name = (table or path or "").strip()
+    if not name:
+        raise InvalidOptionsError('no table given: use .save("namespace.table") or .option("table", "namespace.table")')
+    parts = name.split(".")
+    if len(parts) < 2 or not all(_IDENT.match(p) for p in parts):
+        raise InvalidOptionsError(
+            f"table name {name!r} is invalid: expected namespace.table with letters, digits, '_', '-' or '$' "
+            "in each part (for example db.events)"
+        )
+    return name
+
+
+def parse_options(options: Mapping[str, str], *, streaming: bool = False) -> SinkOptions:
+    """Validate Spark's options; raise InvalidOptionsError on the first problem."""
+    opts = {str(k).lower(): str(v) for k, v in options.items() if v is not None}
+    unknown = sorted(
+        k
+        for k in opts
+        if k not in _KNOWN
+        and k not in SPARK_PASSED
+        and not k.startswith((CATALOG_PREFIX, TABLE_PROPERTY_PREFIX))
+    )
+    if unknown:
+        raise InvalidOptionsError(
+            f"unknown option(s) {', '.join(unknown)}: expected one of {', '.join(sorted(_KNOWN))}, "
+            f"or {CATALOG_PREFIX}<pyiceberg property>, {TABLE_PROPERTY_PREFIX}<table property>"
+        )
+    catalog_properties = {k[len(CATALOG_PREFIX) :]: v for k, v in opts.items() if k.startswith(CATALOG_PREFIX)}
+    table_properties = {k[len(TABLE_PROPERTY_PREFIX) :]: v for k, v in opts.items() if k.startswith(TABLE_PROPERTY_PREFIX)}
+    if "" in catalog_properties or "" in table_properties:
+        raise InvalidOptionsError("an option key ends with '.': expected catalog.<key> or table.<property>")
+    catalog_name = opts.get(CATALOG) or None
+    if WAREHOUSE in opts and (catalog_name or catalog_properties):
+        raise InvalidOptionsError(
+            "option warehouse applies to the embedded default catalog only; with a configured catalog "
+            "set catalog.warehouse instead"
+        )
+    warehouse = opts.get(WAREHOUSE) or os.environ.get(WAREHOUSE_ENV) or WAREHOUSE_DEFAULT
+    warehouse = warehouse[len("file://") :] if warehouse.startswith("file://") else warehouse
+    if "://" in warehouse:
+        raise InvalidOptionsError(
+            f"warehouse {warehouse!r} is invalid: the embedded catalog needs a local path; for object "
+            "storage configure a catalog (catalog.type, catalog.uri, catalog.warehouse, ...)"
+        )
+    writer_id = opts.get(WRITER_ID)
+    if writer_id is not None:
+        validate_writer_id(writer_id)
+    elif streaming:
+        raise InvalidOptionsError(
+            "option writer.id is required for streaming writes: it is the query's stable identity across "
+            'restarts, used to drop replayed batches and fence zombie runs; add .option("writer.id", "<name>")'
+        )
+    batch_id = _int(opts, WRITER_BATCH_ID, None, 0)
+    if batch_id is not None and writer_id is None:
+        raise InvalidOptionsError("option writer.batch-id needs writer.id: batch ids are counted per writer")
+    if streaming and batch_id is not None:
+        raise InvalidOptionsError("option writer.batch-id is for batch writes; streaming uses Spark's batch ids")
+    failpoint_spec = opts.get(TEST_FAILPOINTS, "")
+    if failpoint_spec:
+        from pyspark_fenced_sink.failpoints import validate
+
+        try:
+            validate(failpoint_spec)
+        except ValueError as e:
+            raise InvalidOptionsError(f"option {TEST_FAILPOINTS} is invalid: {e}") from e
+    return SinkOptions(
+        table=_table_name(opts),
+        catalog_name=catalog_name,
+        catalog_properties=catalog_properties,
+        warehouse=str(Path(warehouse).expanduser().resolve()),
+        create_table=_bool(opts, CREATE_TABLE, CREATE_TABLE_DEFAULT),
+        partition_by=opts.get(PARTITION_BY, PARTITION_BY_DEFAULT),
+        table_properties=table_properties,
+        merge_schema=_bool(opts, MERGE_SCHEMA, MERGE_SCHEMA_DEFAULT),
+        writer_id=writer_id,
+        batch_id=batch_id,
+        commit_max_wait_ms=_int(opts, COMMIT_MAX_WAIT_MS, COMMIT_MAX_WAIT_MS_DEFAULT, 1) or COMMIT_MAX_WAIT_MS_DEFAULT,
+        commit_max_group_size=_int(opts, COMMIT_MAX_GROUP_SIZE, COMMIT_MAX_GROUP_SIZE_DEFAULT, 1)
+        or COMMIT_MAX_GROUP_SIZE_DEFAULT,
+        failpoints=failpoint_spec,
+    )
