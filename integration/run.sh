@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# Run the integration suite against real services.
+#
+#   integration/run.sh [pytest args...]        e.g. integration/run.sh integration/test_services.py -x
+#
+# FENCEDLAKE_IT_TARGET=local (default): bootstraps the venv, starts PostgreSQL and the S3
+#   server on 127.0.0.1 (integration/services/*.sh), exports their connection settings,
+#   runs pytest, and stops both services on any exit (success, failure or Ctrl-C).
+#   FENCEDLAKE_IT_KEEP_SERVICES=1 leaves them running for a faster next run.
+# FENCEDLAKE_IT_TARGET=docker: starts nothing; expects FENCEDLAKE_IT_PG_URI,
+#   FENCEDLAKE_IT_S3_ENDPOINT, FENCEDLAKE_IT_S3_BUCKET and AWS_* from the environment
+#   (docker/docker-compose.yml sets them) and uses python3 from PATH.
+#
+# With no pytest args, runs `pytest integration`. Exit status is pytest's, except that
+# "no tests collected" (5) is reported as a failure.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+TARGET="${FENCEDLAKE_IT_TARGET:-local}"
+log() { printf '[integration] %s\n' "$*"; }
+die() { printf '[integration] ERROR: %s\n' "$*" >&2; exit 1; }
+
+args=("$@")
+[ "${#args[@]}" -gt 0 ] || args=(integration)
+
+case "$TARGET" in
+local)
+    VENV="${VENV:-.venv}"
+    case "$VENV" in /*) ;; *) VENV="$ROOT/$VENV" ;; esac
+    export VENV
+    if [ "${FENCEDLAKE_SKIP_BOOTSTRAP:-0}" != 1 ]; then
+        scripts/bootstrap.sh
+    fi
+    PY="${FENCEDLAKE_PYTHON:-$VENV/bin/python}"
+
+    PG_PORT="${FENCEDLAKE_IT_PG_PORT:-54329}"
+    S3_PORT="${FENCEDLAKE_IT_S3_PORT:-54330}"
+    PG_USER="${FENCEDLAKE_IT_PG_USER:-fencedlake}"
+    PG_DB="${FENCEDLAKE_IT_PG_DB:-fencedlake}"
+    # Same default as postgres.sh; exported so both sides agree. Never printed.
+    export FENCEDLAKE_IT_PG_PASSWORD="${FENCEDLAKE_IT_PG_PASSWORD:-fencedlake-it-only}"
+
+    stop_services() {
+        local rc=$?
+        if [ "${FENCEDLAKE_IT_KEEP_SERVICES:-0}" = 1 ]; then
+            log "FENCEDLAKE_IT_KEEP_SERVICES=1: leaving services running"
+        else
+            log "stopping services"
+            integration/services/s3.sh stop || true
+            integration/services/postgres.sh stop || true
+        fi
+        exit "$rc"
+    }
+    trap stop_services EXIT
+    trap 'exit 130' INT
+    trap 'exit 143' TERM
+
+    t0=$SECONDS
+    integration/services/postgres.sh start
+    integration/services/s3.sh start
+    log "services up in $((SECONDS - t0)) s"
+
+    pw_enc="$("$PY" -c 'import os, urllib.parse; print(urllib.parse.quote(os.environ["FENCEDLAKE_IT_PG_PASSWORD"], safe=""))')"
+    export FENCEDLAKE_IT_PG_URI="postgresql+psycopg2://$PG_USER:$pw_enc@127.0.0.1:$PG_PORT/$PG_DB"
+    export FENCEDLAKE_IT_S3_ENDPOINT="http://127.0.0.1:$S3_PORT"
+    export FENCEDLAKE_IT_S3_BUCKET="${FENCEDLAKE_IT_S3_BUCKET:-fencedlake}"
+    # moto accepts any credentials; these are dummies, not secrets.
+    export AWS_ACCESS_KEY_ID="${AWS_ACCESS_KEY_ID:-testing}"
+    export AWS_SECRET_ACCESS_KEY="${AWS_SECRET_ACCESS_KEY:-testing}"
+    export AWS_REGION="${AWS_REGION:-us-east-1}"
+    export AWS_DEFAULT_REGION="$AWS_REGION"
+    export FENCEDLAKE_IT_TARGET=local
+    export PYSPARK_PYTHON="${PYSPARK_PYTHON:-$PY}"
+    export PYSPARK_DRIVER_PYTHON="${PYSPARK_DRIVER_PYTHON:-$PY}"
+    ;;
+docker)
+    PY="${FENCEDLAKE_PYTHON:-python3}"
+    for v in FENCEDLAKE_IT_PG_URI FENCEDLAKE_IT_S3_ENDPOINT FENCEDLAKE_IT_S3_BUCKET \
+             AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY AWS_REGION; do
+        [ -n "${!v:-}" ] || die "FENCEDLAKE_IT_TARGET=docker but $v is not set (docker/docker-compose.yml sets it)"
+    done
+    log "target docker: using services at $FENCEDLAKE_IT_S3_ENDPOINT and the configured PostgreSQL"
+    ;;
+*)
+    die "FENCEDLAKE_IT_TARGET must be 'local' or 'docker', not '$TARGET'"
+    ;;
+esac
+
+log "running: python -m pytest ${args[*]}"
+set +e
+"$PY" -m pytest "${args[@]}"
+rc=$?
+set -e
+if [ "$rc" -eq 5 ]; then
+    printf '[integration] FAILED: pytest collected no tests from: %s\n' "${args[*]}" >&2
+    exit 5
+fi
+exit "$rc"

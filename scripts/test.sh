@@ -1,0 +1,128 @@
+#!/usr/bin/env bash
+# THE test command: `make test` runs it and CI runs `make test` (.ci/run).
+#
+#   scripts/test.sh                    all stages: unit integration bench
+#   scripts/test.sh unit               only `pytest tests`
+#   scripts/test.sh integration bench  any subset, in the given order
+#
+# Stages:
+#   unit         python -m pytest tests            (hermetic: unit, model, Spark local[2])
+#   integration  integration/run.sh                (starts PostgreSQL + S3 on 127.0.0.1,
+#                                                   pytest integration, stops them)
+#   bench        python -m benchmarks.run --quick  (smoke run, only if benchmarks/run.py
+#                                                   exists; fails on an exception, never
+#                                                   on a wall-clock number)
+#
+# Every stage runs even if an earlier one failed: CI output then shows all failures of
+# a run at once instead of one per push. The exit status is 1 if any stage failed.
+# pytest's exit code 5 ("no tests collected") counts as a failure: a suite that ran no
+# test has proved nothing.
+set -uo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+VENV="${VENV:-.venv}"
+case "$VENV" in /*) ;; *) VENV="$ROOT/$VENV" ;; esac
+export VENV
+PY="$VENV/bin/python"
+
+log() { printf '[test] %s\n' "$*"; }
+
+# Bootstrap is a no-op (a stamp check) when the venv is current; `make test` already ran it.
+scripts/bootstrap.sh || { log "FAILED: scripts/bootstrap.sh"; exit 1; }
+
+# Spark's Python workers must use the venv's interpreter (where our package is).
+export PYSPARK_PYTHON="$PY"
+export PYSPARK_DRIVER_PYTHON="$PY"
+export PYTHONUNBUFFERED=1
+export PIP_NO_INPUT=1
+export FENCEDLAKE_SKIP_BOOTSTRAP=1
+
+OUT="$(mktemp -d "${TMPDIR:-/tmp}/fencedlake-test.XXXXXX")"
+trap 'rm -rf "$OUT"' EXIT
+
+stages=("$@")
+[ "${#stages[@]}" -gt 0 ] || stages=(unit integration bench)
+
+names=() results=() secs=() counts=()
+failed=0
+
+# pytest_counts FILE -> "passed failed skipped" from a JUnit XML report (empty if none).
+pytest_counts() {
+    [ -s "$1" ] || return 0
+    "$PY" - "$1" <<'PY'
+import sys
+import xml.etree.ElementTree as ET
+
+root = ET.parse(sys.argv[1]).getroot()
+suites = [root] if root.tag == "testsuite" else root.findall("testsuite")
+tests = sum(int(s.get("tests", 0)) for s in suites)
+failed = sum(int(s.get("failures", 0)) + int(s.get("errors", 0)) for s in suites)
+skipped = sum(int(s.get("skipped", 0)) for s in suites)
+print(tests - failed - skipped, failed, skipped)
+PY
+}
+
+run_stage() {  # run_stage NAME JUNIT_XML_OR_- CMD...
+    local name="$1" xml="$2"
+    shift 2
+    log "===== stage '$name': $* ====="
+    local t0=$SECONDS rc
+    "$@"
+    rc=$?
+    local dt=$((SECONDS - t0)) result
+    if [ "$rc" -eq 0 ]; then
+        result="ok"
+    elif [ "$rc" -eq 5 ] && [ "$xml" != - ]; then
+        result="FAILED (pytest collected no tests)"
+        log "stage '$name' FAILED: pytest exit 5, no tests were collected -- a stage that runs no test proves nothing"
+    else
+        result="FAILED (exit $rc)"
+    fi
+    [ "$rc" -eq 0 ] || failed=1
+    local c=""
+    [ "$xml" != - ] && c="$(pytest_counts "$xml")"
+    names+=("$name") results+=("$result") secs+=("$dt") counts+=("${c:-}")
+    log "stage '$name': $result in ${dt}s"
+}
+
+for stage in "${stages[@]}"; do
+    case "$stage" in
+    unit)
+        run_stage unit "$OUT/unit.xml" "$PY" -m pytest tests --junitxml="$OUT/unit.xml"
+        ;;
+    integration)
+        run_stage integration "$OUT/integration.xml" integration/run.sh integration --junitxml="$OUT/integration.xml"
+        ;;
+    bench)
+        if [ -f benchmarks/run.py ]; then
+            run_stage bench - "$PY" -m benchmarks.run --quick
+        else
+            names+=(bench) results+=("not run (benchmarks/run.py does not exist yet)") secs+=(0) counts+=("")
+            log "stage 'bench': benchmarks/run.py does not exist yet; nothing to run"
+        fi
+        ;;
+    *)
+        log "unknown stage '$stage' (want: unit integration bench)"
+        names+=("$stage") results+=("FAILED (unknown stage)") secs+=(0) counts+=("")
+        failed=1
+        ;;
+    esac
+done
+
+total_pass=0 total_fail=0 total_skip=0
+echo
+log "===== summary ====="
+for i in "${!names[@]}"; do
+    detail=""
+    if [ -n "${counts[$i]}" ]; then
+        read -r p f s <<<"${counts[$i]}"
+        detail="  ($p passed, $f failed, $s skipped)"
+        total_pass=$((total_pass + p)) total_fail=$((total_fail + f)) total_skip=$((total_skip + s))
+    fi
+    printf '[test]   %-12s %5ss  %s%s\n' "${names[$i]}" "${secs[$i]}" "${results[$i]}" "$detail"
+done
+log "overall: $([ "$failed" -eq 0 ] && echo PASSED || echo FAILED)"
+# Plain closing line, summed over the pytest stages.
+echo "tests: $total_pass passed, $total_fail failed, $total_skip skipped"
+exit "$failed"
