@@ -54,13 +54,13 @@ from pyiceberg.table.locations import LocationProvider, load_location_provider
 from pyiceberg.transforms import TruncateTransform
 from pyiceberg.typedef import Record
 from pyiceberg.types import BinaryType, IcebergType, StructType
-from pyiceberg.utils.properties import property_as_int
 
 from pyspark_fenced_sink import failpoints
+from pyspark_fenced_sink.arrowcast import conform_batch
 from pyspark_fenced_sink.datafiles import data_file_layout_version, encode_data_file
-from pyspark_fenced_sink.errors import InvalidOptionsError, SchemaMismatchError
 from pyspark_fenced_sink.naming import FileTag
 from pyspark_fenced_sink.partitioning import column_index
+from pyspark_fenced_sink.writeprops import parquet_kwargs, size_property
 
 __all__ = ["BUFFER_BYTES_DEFAULT", "TaskInfo", "WriteResult", "WriteSpec", "task_info_from_spark", "write_task"]
 
@@ -69,7 +69,6 @@ log = logging.getLogger(__name__)
 #: Default bound on Arrow data buffered by one task across all its partitions.
 BUFFER_BYTES_DEFAULT = 256 * 1024 * 1024
 _SECRET_WORDS = ("secret", "password", "token", "key", "credential")
-_CODECS = {"zstd", "snappy", "gzip", "brotli", "lz4", "none"}
 
 
 def _masked(props: Mapping[str, str]) -> dict[str, str]:
@@ -169,42 +168,6 @@ class _Layout:
     target_file_bytes: int
 
 
-def _int_property(props: Mapping[str, str], key: str, default: int | None) -> int | None:
-    try:
-        value = property_as_int(dict(props), key, default)
-    except ValueError as e:
-        raise InvalidOptionsError(f"table property {key}: expected an integer, found {props.get(key)!r}") from e
-    if value is not None and value <= 0 and key != TableProperties.PARQUET_COMPRESSION_LEVEL:
-        raise InvalidOptionsError(f"table property {key}: expected a positive integer, found {value}")
-    return value
-
-
-def _size(props: Mapping[str, str], key: str, default: int) -> int:
-    value = _int_property(props, key, default)
-    return default if value is None else value
-
-
-def _parquet_kwargs(props: Mapping[str, str]) -> dict[str, Any]:
-    codec = props.get(TableProperties.PARQUET_COMPRESSION, TableProperties.PARQUET_COMPRESSION_DEFAULT).lower()
-    codec = "none" if codec == "uncompressed" else codec
-    if codec not in _CODECS:
-        raise InvalidOptionsError(
-            f"table property {TableProperties.PARQUET_COMPRESSION}: expected one of zstd, snappy, gzip, "
-            f"brotli, lz4, uncompressed, found {codec!r}"
-        )
-    tp = TableProperties
-    return {
-        "compression": codec,
-        "compression_level": _int_property(props, tp.PARQUET_COMPRESSION_LEVEL, tp.PARQUET_COMPRESSION_LEVEL_DEFAULT),
-        "data_page_size": _int_property(props, tp.PARQUET_PAGE_SIZE_BYTES, tp.PARQUET_PAGE_SIZE_BYTES_DEFAULT),
-        "dictionary_pagesize_limit": _int_property(
-            props, tp.PARQUET_DICT_SIZE_BYTES, tp.PARQUET_DICT_SIZE_BYTES_DEFAULT
-        ),
-        "write_batch_size": _int_property(props, tp.PARQUET_PAGE_ROW_LIMIT, tp.PARQUET_PAGE_ROW_LIMIT_DEFAULT),
-        "store_decimal_as_integer": True,
-    }
-
-
 def _source_transform(pf: PartitionField, source_type: IcebergType) -> Callable[[pa.Array], pa.Array]:
     fn = pf.transform.pyarrow_transform(source_type)
     if isinstance(pf.transform, TruncateTransform) and isinstance(source_type, BinaryType):
@@ -235,10 +198,14 @@ def _layout(schema_json: str, spec_json: str, props: tuple[tuple[str, str], ...]
         sources=tuple(sources),
         stats_plan=compute_statistics_plan(schema, properties),
         id_mapping=parquet_path_to_id_mapping(schema),
-        parquet_kwargs=_parquet_kwargs(properties),
-        row_group_rows=_size(properties, tp.PARQUET_ROW_GROUP_LIMIT, tp.PARQUET_ROW_GROUP_LIMIT_DEFAULT),
-        row_group_bytes=_size(properties, tp.PARQUET_ROW_GROUP_SIZE_BYTES, tp.PARQUET_ROW_GROUP_SIZE_BYTES_DEFAULT),
-        target_file_bytes=_size(properties, tp.WRITE_TARGET_FILE_SIZE_BYTES, tp.WRITE_TARGET_FILE_SIZE_BYTES_DEFAULT),
+        parquet_kwargs=parquet_kwargs(properties),
+        row_group_rows=size_property(properties, tp.PARQUET_ROW_GROUP_LIMIT, tp.PARQUET_ROW_GROUP_LIMIT_DEFAULT),
+        row_group_bytes=size_property(
+            properties, tp.PARQUET_ROW_GROUP_SIZE_BYTES, tp.PARQUET_ROW_GROUP_SIZE_BYTES_DEFAULT
+        ),
+        target_file_bytes=size_property(
+            properties, tp.WRITE_TARGET_FILE_SIZE_BYTES, tp.WRITE_TARGET_FILE_SIZE_BYTES_DEFAULT
+        ),
     )
 
 
@@ -246,88 +213,6 @@ def _layout(schema_json: str, spec_json: str, props: tuple[tuple[str, str], ...]
 def _file_io(io_props: tuple[tuple[str, str], ...], location: str) -> FileIO:
     """One FileIO per (properties, location) per process (S3 clients are costly)."""
     return load_file_io(dict(io_props), location)
-
-
-# ------------------------------------------------------------------ casting
-
-
-def _cast_error(path: str, src: pa.DataType, dst: pa.DataType, cause: str) -> SchemaMismatchError:
-    return SchemaMismatchError(
-        f"column {path!r}: expected Arrow data castable to {dst}, found {src} on the executor ({cause}); "
-        "the driver's schema check should have rejected this write: please report it as a fencedlake bug"
-    )
-
-
-def _mask(arr: pa.Array) -> pa.Array | None:
-    return arr.is_null() if arr.null_count else None
-
-
-def _check_no_extra(found: list[str], expected: set[str], path: str) -> None:
-    extra = [name for name in found if name not in expected]
-    if extra:
-        where = f"struct {path!r}" if path else "the batch"
-        raise SchemaMismatchError(
-            f"{where} has columns {extra} the table schema this task was given lacks; expected only table "
-            "columns (the driver adds merged columns before tasks start): please report it as a fencedlake bug"
-        )
-
-
-def _conform(arr: pa.Array, dst: pa.DataType, path: str) -> pa.Array:
-    """Cast ``arr`` to ``dst``, matching struct fields by name, recursively."""
-    src = arr.type
-    if src.equals(dst):
-        return arr
-    if pa.types.is_struct(dst):
-        if not pa.types.is_struct(src):
-            raise _cast_error(path, src, dst, "not a struct")
-        fields = [dst.field(i) for i in range(dst.num_fields)]
-        _check_no_extra([src.field(i).name for i in range(src.num_fields)], {f.name for f in fields}, path)
-        children = []
-        for f in fields:
-            j = src.get_field_index(f.name)
-            child = pa.nulls(len(arr), f.type) if j < 0 else _conform(arr.field(j), f.type, f"{path}.{f.name}")
-            children.append(child)
-        return pa.StructArray.from_arrays(children, fields=fields, mask=_mask(arr))
-    if pa.types.is_map(dst):
-        if not pa.types.is_map(src):
-            raise _cast_error(path, src, dst, "not a map")
-        entries = arr.values
-        keys = _conform(entries.field(0), dst.key_type, f"{path}.key")
-        items = _conform(entries.field(1), dst.item_type, f"{path}.value")
-        return pa.MapArray.from_arrays(arr.offsets, keys, items, type=dst, mask=_mask(arr))
-    if pa.types.is_large_list(dst) or pa.types.is_list(dst):
-        if not (pa.types.is_list(src) or pa.types.is_large_list(src)):
-            raise _cast_error(path, src, dst, "not a list")
-        values = _conform(arr.values, dst.value_type, f"{path}.element")
-        cls = pa.LargeListArray if pa.types.is_large_list(dst) else pa.ListArray
-        offsets = arr.offsets.cast(pa.int64() if cls is pa.LargeListArray else pa.int32())
-        return cls.from_arrays(offsets, values, type=dst, mask=_mask(arr))
-    if pa.types.is_timestamp(dst) and pa.types.is_timestamp(src) and (src.tz is None) != (dst.tz is None):
-        raise _cast_error(path, src, dst, "timestamp with and without time zone do not mix")
-    try:
-        return arr.cast(dst)  # safe: tz relabel keeps the instant; overflow/truncation raises
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as e:
-        raise _cast_error(path, src, dst, str(e)) from e
-
-
-def _conform_batch(batch: pa.RecordBatch, layout: _Layout) -> pa.RecordBatch:
-    schema = layout.arrow_schema
-    names = batch.schema.names
-    if names == schema.names and all(c.type.equals(f.type) for c, f in zip(batch.columns, schema, strict=True)):
-        columns = batch.columns
-    else:
-        _check_no_extra(names, set(schema.names), "")
-        columns = []
-        for f in schema:
-            i = batch.schema.get_field_index(f.name)
-            columns.append(pa.nulls(batch.num_rows, f.type) if i < 0 else _conform(batch.column(i), f.type, f.name))
-    for i in layout.required:
-        if columns[i].null_count:
-            raise SchemaMismatchError(
-                f"column {schema.field(i).name!r}: expected no nulls (the table column is required), found "
-                f"{columns[i].null_count}; the driver's schema check should have rejected this write"
-            )
-    return pa.RecordBatch.from_arrays(columns, schema=schema)
 
 
 # ------------------------------------------------------------------ partitioning
@@ -413,7 +298,7 @@ class _TaskWriter:
         self.created: list[str] = []
 
     def add(self, batch: pa.RecordBatch) -> None:
-        batch = _conform_batch(batch, self.layout)
+        batch = conform_batch(batch, self.layout.arrow_schema, self.layout.required)
         if not self.layout.sources:
             self._buffer((), batch)
         else:

@@ -10,7 +10,9 @@ and crash tests (as ``python -m tests.sinkutil``).
 from __future__ import annotations
 
 import json
+import os
 import sys
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -67,17 +69,40 @@ def table_ids(warehouse: str, table: str) -> list[int]:
     return sorted(t.scan().to_arrow().column("id").to_pylist())
 
 
+def _result_json(result: Any) -> str:
+    return json.dumps({"ok": True, "outcome": result.outcome.name, "seq": result.seq, "group": result.group,
+                       "conflicts": result.conflicts, "attempts": result.attempts, "by_peer": result.by_peer,
+                       "helped": result.helped, "latency_ms": result.latency_ms,
+                       "catalog_commits": result.catalog_commits})
+
+
+def _wait_for_start() -> None:
+    """Block until ``$FENCEDLAKE_TEST_START`` exists (lets a parent release many processes at once)."""
+    start = os.environ.get("FENCEDLAKE_TEST_START")
+    deadline = time.monotonic() + 120
+    while start and not os.path.exists(start) and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
 def main(argv: list[str]) -> None:
-    """``python -m tests.sinkutil WAREHOUSE TABLE WRITER START COUNT [OPTIONS_JSON]``: one write, result as JSON."""
+    """``python -m tests.sinkutil WAREHOUSE TABLE WRITER START COUNT [OPTIONS_JSON [REPEAT]]``.
+
+    Makes REPEAT (default 1) writes of COUNT rows each, ids contiguous from START; prints one
+    JSON line per write. With ``writer.batch-id`` in the options, write i uses batch id + i.
+    """
     warehouse, table, writer, start, count = argv[:5]
-    options: Mapping[str, Any] = json.loads(argv[5]) if len(argv) > 5 else {}
-    try:
-        result = sink_write(warehouse, table, rows(writer, int(start), int(count)), **options)
-        print(json.dumps({"ok": True, "outcome": result.outcome.name, "seq": result.seq, "group": result.group,
-                          "conflicts": result.conflicts, "attempts": result.attempts, "by_peer": result.by_peer,
-                          "latency_ms": result.latency_ms, "catalog_commits": result.catalog_commits}))
-    except Exception as e:  # reported to the parent test, which asserts on it
-        print(json.dumps({"ok": False, "error": type(e).__name__, "message": str(e)}))
+    options: dict[str, Any] = json.loads(argv[5]) if len(argv) > 5 else {}
+    repeat = int(argv[6]) if len(argv) > 6 else 1
+    first_batch = options.get("writer.batch-id")
+    _wait_for_start()
+    for i in range(repeat):
+        if first_batch is not None:
+            options["writer.batch-id"] = int(first_batch) + i
+        lo = int(start) + i * int(count)
+        try:
+            print(_result_json(sink_write(warehouse, table, rows(writer, lo, int(count)), **options)), flush=True)
+        except Exception as e:  # reported to the parent test, which asserts on it
+            print(json.dumps({"ok": False, "error": type(e).__name__, "message": str(e)}), flush=True)
 
 
 if __name__ == "__main__":

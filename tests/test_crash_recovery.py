@@ -1,0 +1,134 @@
+"""Crash at every protocol step, then recover: the kill-and-recover matrix (I1-I7).
+
+A victim writer process runs the real driver + executor code (``python -m
+tests.sinkutil``) with one fail point armed ``crash`` (``os._exit(86)``: no
+``finally``, no ``abort()``, exactly what ``kill -9`` leaves behind). Then the
+next writer — a peer's ordinary write, or ``fencedlake recover`` — must finish
+whatever the victim made durable, and a re-run of the victim's batch (same
+``writer.id`` + ``writer.batch-id``) must be exactly-once. The in-process
+``raise`` variants check the other half: ``abort()`` after a failed
+``commit()`` never deletes files a durable WAL entry names.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pyspark_fenced_sink import failpoints
+from pyspark_fenced_sink.catalogs import commit_context, embedded_catalog
+from pyspark_fenced_sink.options import parse_options
+from pyspark_fenced_sink.reconcile import Outcome
+from tests.sinkutil import rows, sink_write, table_ids
+from tests.table_invariants import check_table, pending_after_recover
+
+ROOT = Path(__file__).resolve().parents[1]
+TABLE = "db.crash"
+
+#: Fail points of a batch write, and whether the victim's entry is durable when it fires.
+DURABLE_AT = {
+    "executor.after-file-written": False,
+    "driver.after-open": False,
+    "commit.before-wal-put": False,
+    "commit.after-wal-put": True,
+    "commit.before-catalog-commit": True,
+    "commit.after-manifests-written": True,
+    "commit.after-catalog-commit": True,
+}
+#: Fail points only a stable writer passes (anonymous batch writers claim no epoch).
+STABLE_ONLY = {"driver.after-open"}
+MATRIX = [(p, w) for p in sorted(DURABLE_AT) for w in (None, "etl") if w or p not in STABLE_ONLY]
+
+
+def _victim(wh: str, point: str, action: str, **options: Any) -> subprocess.CompletedProcess[str]:
+    opts = {"test.failpoints": f"{point}={action}", **options}
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("FENCEDLAKE_FAILPOINTS", None)
+    return subprocess.run(
+        [sys.executable, "-m", "tests.sinkutil", wh, TABLE, "victim", "1000", "50", json.dumps(opts)],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=False,
+    )
+
+
+def _ctx(wh: str) -> Any:
+    opts = parse_options({"warehouse": wh, "table": TABLE})
+    return commit_context(embedded_catalog(wh), opts)
+
+
+def _assert_invariants(wh: str) -> None:
+    ctx = _ctx(wh)
+    table = ctx.port.table(ctx.port.load())
+    violations = check_table(table, ctx.wal, lambda p: Path(p.removeprefix("file://")).exists())
+    assert violations == []
+
+
+@pytest.fixture
+def wh(tmp_path: Path) -> str:
+    sink_write(str(tmp_path), TABLE, rows("seed", 0, 10))
+    return str(tmp_path)
+
+
+@pytest.mark.multiprocess
+@pytest.mark.parametrize(("point", "writer_id"), MATRIX, ids=[f"{p}-{'stable' if w else 'anonymous'}" for p, w in MATRIX])
+def test_crash_then_peer_write_finishes_the_victims_durable_work(wh: str, point: str, writer_id: str | None) -> None:
+    """The victim dies at ``point``; the next writer applies its entry iff it was durable; a re-run is exactly-once."""
+    victim_opts = {"writer.id": writer_id, "writer.batch-id": 7} if writer_id else {}
+    proc = _victim(wh, point, "crash", **victim_opts)
+    assert proc.returncode == 86, proc.stdout + proc.stderr
+    result = sink_write(wh, TABLE, rows("peer", 2000, 5))
+    assert result.outcome is Outcome.APPLIED
+    victim_rows = list(range(1000, 1050))
+    expected = list(range(10)) + (victim_rows if DURABLE_AT[point] else []) + list(range(2000, 2005))
+    assert table_ids(wh, TABLE) == sorted(expected)
+    if writer_id:
+        rerun = sink_write(wh, TABLE, rows("victim", 1000, 50), **victim_opts)
+        assert rerun.outcome is (Outcome.DUPLICATE if DURABLE_AT[point] else Outcome.APPLIED)
+        assert table_ids(wh, TABLE) == sorted(list(range(10)) + victim_rows + list(range(2000, 2005)))
+    _assert_invariants(wh)
+
+
+@pytest.mark.multiprocess
+@pytest.mark.parametrize("point", [p for p, durable in sorted(DURABLE_AT.items()) if durable])
+def test_crash_then_recover_applies_the_durable_entry(wh: str, point: str) -> None:
+    """``recover`` (the CLI's core) alone finishes a dead driver's commit (I5)."""
+    proc = _victim(wh, point, "crash")
+    assert proc.returncode == 86, proc.stdout + proc.stderr
+    assert pending_after_recover(_ctx(wh)) == []
+    assert table_ids(wh, TABLE) == list(range(10)) + list(range(1000, 1050))
+    _assert_invariants(wh)
+
+
+@pytest.mark.parametrize("point", sorted(DURABLE_AT))
+def test_failed_commit_then_abort_keeps_files_a_durable_entry_names(wh: str, point: str) -> None:
+    """An exception at ``point``: ``abort()`` runs (as Spark does after a failed commit) and never
+    deletes files the WAL names; the next writer then lands them (hard case: abort after commit)."""
+    try:
+        with pytest.raises(failpoints.FailPointError):
+            stable = {"writer.id": "etl"} if point in STABLE_ONLY else {}
+            sink_write(wh, TABLE, rows("victim", 1000, 50), **{"test.failpoints": f"{point}=raise"}, **stable)
+    finally:
+        failpoints.configure("")
+    sink_write(wh, TABLE, rows("peer", 2000, 5))
+    expected = list(range(10)) + (list(range(1000, 1050)) if DURABLE_AT[point] else []) + list(range(2000, 2005))
+    assert table_ids(wh, TABLE) == sorted(expected)
+    _assert_invariants(wh)
+
+
+@pytest.mark.multiprocess
+def test_zombie_victim_restarted_elsewhere_is_fenced(wh: str) -> None:
+    """A writer.id whose old incarnation put a WAL entry and then a new one opened: the old entry,
+    if after the barrier, is never applied (I4); here the old entry precedes the barrier and lands once."""
+    proc = _victim(wh, "commit.after-wal-put", "crash", **{"writer.id": "etl", "writer.batch-id": 1})
+    assert proc.returncode == 86
+    second = sink_write(wh, TABLE, rows("victim", 1000, 50), **{"writer.id": "etl", "writer.batch-id": 1})
+    assert second.outcome is Outcome.DUPLICATE
+    third = sink_write(wh, TABLE, rows("victim", 3000, 5), **{"writer.id": "etl", "writer.batch-id": 2})
+    assert third.outcome is Outcome.APPLIED
+    assert table_ids(wh, TABLE) == list(range(10)) + list(range(1000, 1050)) + list(range(3000, 3005))
+    _assert_invariants(wh)
