@@ -168,7 +168,7 @@ class IcebergTablePort:
             AssertDefaultSpecId(default_spec_id=metadata.default_spec_id),
         )
         try:
-            table._do_commit(updates=tx._updates, requirements=requirements)
+            self._submit(table, tx, requirements)
         except CommitFailedException as e:
             producer._clean_all_uncommitted()
             raise CommitConflict(str(e)) from e
@@ -178,6 +178,12 @@ class IcebergTablePort:
         # _do_commit moved this Table object to the new metadata: it no longer is ``base``.
         self._tables.pop(base.version, None)
         return self._remember(table)
+
+
+    @staticmethod
+    def _submit(table: Table, tx: Transaction, requirements: tuple[Any, ...]) -> None:
+        """The one catalog request: the staged updates, if ``requirements`` still hold. No retry."""
+        table._do_commit(updates=tx._updates, requirements=requirements)
 
 
 def _live_data_files(table: Table) -> list[DataFile]:

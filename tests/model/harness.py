@@ -18,7 +18,7 @@ import uuid
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from pyspark_fenced_sink.commit import CommitContext, TableView, recover
 from pyspark_fenced_sink.errors import CommitOutcomeUnknownError, FencedWriterError, WriteRejectedError
@@ -70,6 +70,11 @@ class Env:
     writes: list[Write] = field(default_factory=list)
     spark_log: dict[str, int] = field(default_factory=dict)
     rebase_on_conflict: bool = False
+    #: The catalog behind the processes: the in-memory register unless a backend
+    #: (``tests/model/sqlite_backend``) installs a real catalog port.
+    port_factory: Callable[[Env], Any] | None = None
+    #: Encodes one data file for a WAL entry; the default is a bare model dict.
+    encode_file: Callable[[str, str], dict[str, Any]] = lambda path, key: {"p": path, "key": key}
     injected: Counter[str] = field(default_factory=Counter)
     _ambiguous_streak: Counter[str] = field(default_factory=Counter)
 
@@ -95,11 +100,15 @@ class Env:
         return self.rng.choice(["unknown-before", "unknown-after"])
 
     def ctx(self) -> CommitContext:
-        port = MemoryTablePort(
-            self.table,
-            checkpoint=self.sched.checkpoint,
-            fault=self._commit_fault,
-            rebase_on_conflict=self.rebase_on_conflict,
+        port = (
+            self.port_factory(self)
+            if self.port_factory is not None
+            else MemoryTablePort(
+                self.table,
+                checkpoint=self.sched.checkpoint,
+                fault=self._commit_fault,
+                rebase_on_conflict=self.rebase_on_conflict,
+            )
         )
         return CommitContext(
             port=port,
@@ -117,8 +126,9 @@ class Env:
         files = []
         for i in range(count):
             name = FileTag(tag.writer, tag.ephemeral, tag.epoch, tag.opened, tag.batch, i, 0).file_name()
-            self.disk[name] = FileTag.parse(name) or tag
-            files.append({"p": name, "key": f"{key}#{i}"})
+            encoded = self.encode_file(name, f"{key}#{i}")
+            self.disk[str(encoded["p"])] = FileTag.parse(name) or tag
+            files.append(encoded)
         return files
 
     def remove_files(self, paths: Any) -> None:
@@ -246,7 +256,22 @@ def build_schedule(env: Env) -> None:
         spawn("recover", lambda: recover_process(env))
 
 
-def run_schedule(seed: int, *, rebase_on_conflict: bool = False, stats: Counter[str] | None = None) -> list[str]:
+class Backend(Protocol):
+    """A real catalog under the model (see ``tests/model/sqlite_backend``)."""
+
+    def install(self, env: Env, seed: int) -> None:
+        """Set ``env.port_factory`` and ``env.encode_file`` for a fresh table."""
+
+    def final_port(self, env: Env) -> Any:
+        """A port without checkpoints or faults, for the final ``recover``."""
+
+    def verify(self, env: Env) -> list[str]:
+        """Differences between the real table and ``env.table`` (the mirror ``check`` reads)."""
+
+
+def run_schedule(
+    seed: int, *, rebase_on_conflict: bool = False, stats: Counter[str] | None = None, backend: Backend | None = None
+) -> list[str]:
     """Run one schedule; return the invariant violations (empty if none).
 
     ``stats`` (if given) is updated with counts of the hard cases the schedule reached.
@@ -259,14 +284,18 @@ def run_schedule(seed: int, *, rebase_on_conflict: bool = False, stats: Counter[
         slow=rng.random() < 0.3,
     )
     env = Env(Scheduler(rng), rng, faults, rebase_on_conflict=rebase_on_conflict)
+    if backend is not None:
+        backend.install(env, seed)
     build_schedule(env)
     env.sched.run()
-    final_ctx = CommitContext(port=MemoryTablePort(env.table), wal=Wal(env.store, label="model"), max_group=1000)
+    port = backend.final_port(env) if backend is not None else MemoryTablePort(env.table)
+    final_ctx = CommitContext(port=port, wal=Wal(env.store, label="model"), max_group=1000)
     pending_before = len(final_ctx.wal.scan(env.table.state.upper))
     commits = recover(final_ctx)
     if stats is not None:
         stats.update(coverage(env))
-    return check(env, final_ctx, pending_before, len(commits))
+    violations = check(env, final_ctx, pending_before, len(commits))
+    return violations + (backend.verify(env) if backend is not None else [])
 
 
 def coverage(env: Env) -> Counter[str]:

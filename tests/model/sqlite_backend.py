@@ -1,0 +1,145 @@
+"""The model's schedules over a real pyiceberg SQL catalog on SQLite.
+
+The in-memory register (``memory_port``) makes 10,000 schedules cheap; this
+backend runs the same schedules through the production
+:class:`IcebergTablePort` — real snapshots, manifests, the ``fencedlake.state``
+property and commit records in snapshot summaries, the catalog's own
+compare-and-swap — so what the model proves also holds for pyiceberg as it
+really behaves. Data files are DataFile records of files that need not exist
+(an append only writes manifests). Each successful commit is mirrored into
+``env.table`` so ``harness.check`` reads it unchanged, and ``verify`` compares
+that mirror with the real table at the end.
+
+``rebase_on_conflict`` swaps the one-shot catalog request for pyiceberg's own
+``Transaction.commit_transaction`` retry — the real library behaviour the
+protocol must avoid (DESIGN.md, "pyiceberg's own commit retry").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
+from pyiceberg.schema import Schema
+from pyiceberg.table import Table, Transaction
+from pyiceberg.typedef import Record
+from pyiceberg.types import LongType, NestedField
+
+from pyspark_fenced_sink.catalogs import embedded_catalog
+from pyspark_fenced_sink.commit import CommitUnknown, TableView
+from pyspark_fenced_sink.datafiles import encode_data_file
+from pyspark_fenced_sink.iceberg_table import IcebergTablePort
+from pyspark_fenced_sink.reconcile import ReconcilePlan
+from pyspark_fenced_sink.state import STATE_PROPERTY, CommitRecord, CommittedState
+from pyspark_fenced_sink.wal import WalEntry
+
+from .harness import Env
+
+_SCHEMA = Schema(NestedField(1, "id", LongType(), required=False))
+#: pyiceberg's retry (only used by the rebase mutant) should not sleep for real.
+_FAST_RETRY = {"commit.retry.min-wait-ms": "1", "commit.retry.max-wait-ms": "2"}
+
+
+class _ModelPort(IcebergTablePort):
+    """The production port, plus scheduler checkpoints, injected unknown outcomes and the mirror."""
+
+    def __init__(self, catalog: Any, name: str, env: Env, *, live: bool) -> None:
+        super().__init__(catalog, name)
+        self.env = env
+        self.live = live  # False: the final recover (no checkpoints, no faults)
+
+    def load(self) -> TableView:
+        if self.live:
+            self.env.sched.checkpoint()
+        return super().load()
+
+    def find_record(self, view: TableView, seq: int) -> CommitRecord | None:
+        if self.live:
+            self.env.sched.checkpoint()
+        return super().find_record(view, seq)
+
+    def commit(
+        self, base: TableView, plan: ReconcilePlan, entries: Mapping[int, WalEntry], record: CommitRecord
+    ) -> TableView:
+        fault = None
+        if self.live:
+            self.env.sched.checkpoint()
+            fault = self.env._commit_fault()
+        if fault == "unknown-before":
+            raise CommitUnknown("response lost before the commit reached the catalog")
+        view = super().commit(base, plan, entries, record)
+        self._mirror(plan, entries, record)
+        if fault == "unknown-after":
+            raise CommitUnknown("response lost after the commit landed")
+        return view
+
+    def _mirror(self, plan: ReconcilePlan, entries: Mapping[int, WalEntry], record: CommitRecord) -> None:
+        t = self.env.table
+        added = [f for s in plan.apply for f in entries[s].files]
+        with t.lock:
+            if plan.overwrite:
+                t.files = []
+            t.files.extend(added)
+            t.ever_referenced.update(str(f["p"]) for f in added)
+            t.version += 1
+            t.state = plan.state
+            t.states.append(plan.state)
+            t.records.append((t.version, record))
+
+    def _submit(self, table: Table, tx: Transaction, requirements: tuple[Any, ...]) -> None:
+        if not self.env.rebase_on_conflict:
+            super()._submit(table, tx, requirements)
+            return
+        tx._requirements = requirements
+        tx.commit_transaction()
+
+
+class SqliteBackend:
+    """One SQLite catalog per test; one fresh table per schedule."""
+
+    def __init__(self, warehouse: Path) -> None:
+        self.warehouse = str(warehouse)
+        self.catalog = embedded_catalog(self.warehouse)
+        self.catalog.create_namespace_if_not_exists("model")
+
+    def install(self, env: Env, seed: int) -> None:
+        name = f"model.t{seed}"
+        if self.catalog.table_exists(name):
+            self.catalog.drop_table(name)
+        table = self.catalog.create_table(name, _SCHEMA, properties=_FAST_RETRY)
+        partition_type = table.spec().partition_type(table.schema())
+        data_dir = f"{table.location()}/data"
+
+        def encode_file(file_name: str, key: str) -> dict[str, Any]:
+            df = DataFile.from_args(
+                content=DataFileContent.DATA,
+                file_path=f"{data_dir}/{file_name}",
+                file_format=FileFormat.PARQUET,
+                partition=Record(),
+                record_count=1,
+                file_size_in_bytes=100,
+            )
+            df.spec_id = 0
+            return {**encode_data_file(df, partition_type), "key": key}
+
+        env.encode_file = encode_file
+        env.port_factory = lambda e: _ModelPort(self.catalog, name, e, live=True)
+        self._name = name
+
+    def final_port(self, env: Env) -> Any:
+        return _ModelPort(self.catalog, self._name, env, live=False)
+
+    def verify(self, env: Env) -> list[str]:
+        table = self.catalog.load_table(self._name)
+        v = []
+        state = CommittedState.decode(table.properties.get(STATE_PROPERTY))
+        if state != env.table.state:
+            v.append(f"backend: catalog state {state} != mirrored {env.table.state}")
+        scan = table.scan().plan_files()
+        live = sorted(task.file.file_path for task in scan)
+        mirrored = sorted(str(f["p"]) for f in env.table.files)
+        if live != mirrored:
+            v.append(f"backend: live files {live[:4]} != mirrored {mirrored[:4]}")
+        return v
