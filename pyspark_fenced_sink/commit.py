@@ -241,7 +241,15 @@ def _drive(ctx: CommitContext, entry: WalEntry, seq: int, view: TableView, progr
         known_last = None
         plan = reconcile(view.state, pending, max_group=ctx.max_group, spec_id=view.spec_id)
         mine = plan.decision_for(seq)
-        if mine is not None and mine.outcome is not Outcome.APPLIED and not plan.applied_before(seq):
+        # Decided without applying anything up to it: the outcome is final at this version, so no commit is
+        # needed -- unless the entry claims an epoch (a replayed streaming batch of a new run): the claim must
+        # be committed, or the run's next batch would find the dead run still current and be fenced.
+        if (
+            mine is not None
+            and mine.outcome is not Outcome.APPLIED
+            and not plan.applied_before(seq)
+            and not entry.claims
+        ):
             fresh = ctx.port.load()
             if fresh.version == view.version:
                 return _finish(ctx, progress, seq, mine.outcome, mine.detail, by_peer=False)

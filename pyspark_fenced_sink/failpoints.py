@@ -16,7 +16,8 @@ Actions:
                    at exactly this step;
     ``sleep:MS``   sleep MS milliseconds, then go on.
 
-``@N`` fires on the N-th hit in this process only (default: every hit).
+``@N`` fires on the N-th hit in this process since the armed set last
+changed (default: every hit).
 Unarmed fail points cost one dict lookup. Tests of the Spark-free core install
 a handler with :func:`set_handler` instead.
 """
@@ -70,9 +71,13 @@ def _parse(spec: str) -> dict[str, tuple[str, int | None]]:
         nth: int | None = None
         if "@" in action:
             action, _, count = action.partition("@")
+            if not count.isdigit() or int(count) < 1:
+                raise ValueError(f"bad fail point count {count!r} for {name}: expected @N with N >= 1")
             nth = int(count)
-        if action not in ("raise", "crash", "pause") and not action.startswith("sleep:"):
-            raise ValueError(f"bad fail point action {action!r} for {name}")
+        if action not in ("raise", "crash", "pause") and not (
+            action.startswith("sleep:") and action[len("sleep:") :].isdigit()
+        ):
+            raise ValueError(f"bad fail point action {action!r} for {name}: expected raise, crash, pause or sleep:MS")
         out[name] = (action, nth)
     return out
 
@@ -100,6 +105,7 @@ def _armed() -> dict[str, tuple[str, int | None]]:
     spec = ";".join(filter(None, (os.environ.get(ENV, ""), _option_spec)))
     if spec != _parsed[0]:
         _parsed = (spec, _parse(spec))
+        _hits.clear()  # @N counts hits since these fail points were armed
     return _parsed[1]
 
 

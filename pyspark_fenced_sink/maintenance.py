@@ -19,13 +19,27 @@ because every step is ordered by the protocol itself:
 
 from __future__ import annotations
 
+import logging
+import os
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from pyiceberg.exceptions import CommitFailedException
+
+from pyspark_fenced_sink import failpoints
 from pyspark_fenced_sink.commit import CommitContext, recover
+from pyspark_fenced_sink.datafiles import encoded_path
 from pyspark_fenced_sink.fencing import new_token
 from pyspark_fenced_sink.naming import FileTag
-from pyspark_fenced_sink.state import CommittedState
+from pyspark_fenced_sink.state import CommittedState, decode_record
+from pyspark_fenced_sink.storage import _s3_filesystem
 from pyspark_fenced_sink.wal import WAL_PREFIX, EntryKind, WalEntry, seq_of
 
-__all__ = ["collectable", "expire_writes", "truncate_wal"]
+__all__ = ["GcReport", "collectable", "expire_writes", "gc", "truncate_wal"]
+
+logger = logging.getLogger("pyspark_fenced_sink")
 
 
 def collectable(tag: FileTag, state: CommittedState) -> bool:
@@ -70,3 +84,157 @@ def expire_writes(ctx: CommitContext, before_upper: int) -> int:
     seq = ctx.wal.append(entry, start=view.state.upper)
     recover(ctx)
     return seq
+
+
+@dataclass
+class GcReport:
+    """What one ``gc`` run removed (or, with ``dry_run``, would remove)."""
+
+    dry_run: bool
+    expired_before: int | None = None
+    wal_truncated: int = 0
+    orphans: list[str] = field(default_factory=list)
+    orphan_bytes: int = 0
+    kept_young: int = 0
+    snapshots_expired: list[int] = field(default_factory=list)
+
+
+def _filesystem(location: str, io_properties: Mapping[str, str]) -> tuple[Any, str]:
+    """(fsspec filesystem, root path without scheme) for a table location."""
+    if location.startswith(("s3://", "s3a://", "s3n://")):
+        return _s3_filesystem(io_properties), location.split("://", 1)[1]
+    from fsspec.implementations.local import LocalFileSystem
+
+    return LocalFileSystem(), location.removeprefix("file://")
+
+
+def _mtime_s(info: Mapping[str, Any]) -> float:
+    value = info.get("mtime", info.get("LastModified", info.get("last_modified")))
+    return value.timestamp() if hasattr(value, "timestamp") else float(value or 0)
+
+
+def _referenced(table: Any) -> set[str]:
+    """Every data file path any retained snapshot references (scheme-less, for comparison)."""
+    seen_manifests: set[str] = set()
+    paths: set[str] = set()
+    for snapshot in table.metadata.snapshots:
+        for manifest in snapshot.manifests(table.io):
+            if manifest.manifest_path in seen_manifests:
+                continue
+            seen_manifests.add(manifest.manifest_path)
+            for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=False):
+                paths.add(_bare(entry.data_file.file_path))
+    return paths
+
+
+def _expiry_mark(table: Any, cutoff_ms: int) -> int | None:
+    """The committed upper of the newest fencedlake snapshot older than ``cutoff_ms``."""
+    best: tuple[int, int] | None = None
+    for snapshot in table.metadata.snapshots:
+        record = decode_record(snapshot.summary.additional_properties if snapshot.summary else {})
+        if record is None or snapshot.timestamp_ms >= cutoff_ms:
+            continue
+        if best is None or snapshot.timestamp_ms > best[0]:
+            best = (snapshot.timestamp_ms, record.last + 1)
+    return None if best is None else best[1]
+
+
+def _expire_snapshots(ctx: CommitContext, older_than_ms: int, retain_last: int, dry_run: bool) -> list[int]:
+    """Expire snapshots older than ``older_than_ms`` except the newest ``retain_last`` (the state is a property)."""
+    for _ in range(5):
+        table = ctx.port.table(ctx.port.load())  # type: ignore[attr-defined]
+        newest = sorted(table.metadata.snapshots, key=lambda s: s.timestamp_ms)[-retain_last:] if retain_last else []
+        keep = {s.snapshot_id for s in newest}
+        ids = [
+            s.snapshot_id
+            for s in table.metadata.snapshots
+            if s.timestamp_ms < older_than_ms and s.snapshot_id not in keep
+            and s.snapshot_id != table.metadata.current_snapshot_id
+        ]
+        if dry_run or not ids:
+            return ids
+        try:
+            table.maintenance.expire_snapshots().by_ids(ids).commit()
+            return ids
+        except CommitFailedException:
+            continue  # a writer committed meanwhile: recompute on the new metadata
+    return []
+
+
+def gc(
+    ctx: CommitContext,
+    *,
+    grace_s: float,
+    dry_run: bool = False,
+    snapshots_older_than_s: float | None = None,
+    retain_last: int = 10,
+    now: Callable[[], float] = time.time,
+    progress: Callable[[str, int, int], None] = lambda label, done, total: None,
+) -> GcReport:
+    """Expire stale anonymous writes, truncate the WAL, remove orphan data files, expire snapshots.
+
+    Order matters (PROTOCOL.md §8): the expiry barrier is committed first, then
+    the committed state and the retained snapshots are read, and only then are
+    data files listed — so a file listed is either referenced by what was read,
+    named by a pending entry read after it, or provably never referenced.
+    """
+    report = GcReport(dry_run=dry_run)
+    cutoff_ms = int((now() - grace_s) * 1000)
+    table = ctx.port.table(ctx.port.load())  # type: ignore[attr-defined]
+    mark = _expiry_mark(table, cutoff_ms)
+    state = ctx.port.load().state
+    if mark is not None and mark > state.expired_before:
+        report.expired_before = mark
+        if not dry_run:
+            expire_writes(ctx, mark)
+            failpoints.hit("gc.after-barrier")
+    if not dry_run:
+        report.wal_truncated = truncate_wal(ctx)
+    view = ctx.port.load()
+    table = ctx.port.table(view)  # type: ignore[attr-defined]
+    referenced = _referenced(table)
+    fs, root = _filesystem(table.metadata.location, dict(getattr(table.io, "properties", {}) or {}))
+    listing = fs.find(f"{root.rstrip('/')}/data", detail=True) if fs.exists(f"{root.rstrip('/')}/data") else {}
+    pending = _pending_paths(ctx, view.state.upper)
+    judged = view.state
+    if dry_run and report.expired_before is not None:
+        judged = replace(judged, expired_before=report.expired_before)  # as if the barrier were committed
+    for path, info in sorted(listing.items()):
+        tag = FileTag.parse(os.path.basename(path))
+        if tag is None or path in referenced or path in pending:
+            continue
+        if not collectable(tag, judged):
+            continue
+        if _mtime_s(info) * 1000 >= cutoff_ms:
+            report.kept_young += 1
+            continue
+        report.orphans.append(path)
+        report.orphan_bytes += int(info.get("size", 0) or 0)
+    if not dry_run and report.orphans:
+        failpoints.hit("gc.before-delete")
+        for i, path in enumerate(report.orphans, 1):
+            fs.rm_file(path)
+            progress("removing orphan files", i, len(report.orphans))
+    if snapshots_older_than_s is not None:
+        older_ms = int((now() - snapshots_older_than_s) * 1000)
+        report.snapshots_expired = _expire_snapshots(ctx, older_ms, retain_last, dry_run)
+    logger.info(
+        "fencedlake: gc%s on %s: expired_before=%s wal_truncated=%d orphans=%d (%d bytes) snapshots_expired=%d",
+        " (dry run)" if dry_run else "", ctx.port.name, report.expired_before, report.wal_truncated,
+        len(report.orphans), report.orphan_bytes, len(report.snapshots_expired),
+    )
+    return report
+
+
+def _pending_paths(ctx: CommitContext, upper: int) -> set[str]:
+    """Scheme-less paths of files named by entries at or above ``upper`` (not reconciled yet)."""
+    return {_bare(encoded_path(f)) for seq in ctx.wal.scan(upper) for f in _files(ctx, seq)}
+
+
+def _files(ctx: CommitContext, seq: int) -> Iterable[Mapping[str, Any]]:
+    entry = ctx.wal.read(seq)
+    return entry.files if entry is not None else ()
+
+
+def _bare(path: str) -> str:
+    return path.split("://", 1)[-1]

@@ -13,7 +13,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Mapping
+import uuid
 from typing import Any
 
 import pyarrow as pa
@@ -41,15 +41,31 @@ def plan(warehouse: str, table: str, *, overwrite: bool = False, **options: Any)
     return plan_write(opts, SCHEMA, overwrite, streaming=False)
 
 
-def task_messages(p: WritePlan, data: pa.Table, tasks: int = 2) -> list[FencedLakeCommitMessage]:
-    """Split ``data`` over ``tasks`` tasks and write each (executor step)."""
+def task_messages(
+    p: WritePlan, data: pa.Table, tasks: int = 2, *, batch: int | None = None, run: str = "", query: str = ""
+) -> list[FencedLakeCommitMessage]:
+    """Split ``data`` over ``tasks`` tasks and write each (executor step); streaming passes batch/run/query."""
     out = []
     step = max(1, -(-data.num_rows // tasks))
     for t in range(tasks):
         part = data.slice(t * step, step)
-        result = write_task(p.spec, iter(part.to_batches()), TaskInfo(t, t, None))
-        out.append(FencedLakeCommitMessage(files=result.files, rows=result.rows, bytes=result.bytes, task=t))
+        result = write_task(p.spec, iter(part.to_batches()), TaskInfo(t, t, batch))
+        out.append(FencedLakeCommitMessage(files=result.files, rows=result.rows, bytes=result.bytes, task=t,
+                                           run=run or None, query=query or None))
     return out
+
+
+def stream_batch(warehouse: str, table: str, writer: str, batch: int, data: pa.Table, *, run: str, query: str,
+                 **options: Any) -> Any:
+    """Micro-batch ``batch`` of a streaming run, as Spark's planning side, executors and commit worker do it."""
+    opts = {"warehouse": warehouse, "table": table, "writer.id": writer, **options}
+    p = plan_write(opts, SCHEMA, False, streaming=True)
+    messages = task_messages(p, data, batch=batch, run=run, query=query)
+    try:
+        return commit_files(p, messages, batch_id=batch)
+    except BaseException:
+        abort_files(p, messages, batch_id=batch)
+        raise
 
 
 def sink_write(warehouse: str, table: str, data: pa.Table, *, overwrite: bool = False, **options: Any) -> Any:
@@ -69,8 +85,8 @@ def table_ids(warehouse: str, table: str) -> list[int]:
     return sorted(t.scan().to_arrow().column("id").to_pylist())
 
 
-def _result_json(result: Any) -> str:
-    return json.dumps({"ok": True, "outcome": result.outcome.name, "seq": result.seq, "group": result.group,
+def _result_json(result: Any, **extra: Any) -> str:
+    return json.dumps({"ok": True, **extra, "outcome": result.outcome.name, "seq": result.seq, "group": result.group,
                        "conflicts": result.conflicts, "attempts": result.attempts, "by_peer": result.by_peer,
                        "helped": result.helped, "latency_ms": result.latency_ms,
                        "catalog_commits": result.catalog_commits})
@@ -84,12 +100,35 @@ def _wait_for_start() -> None:
         time.sleep(0.01)
 
 
+def _stream_main(argv: list[str]) -> None:
+    """``--stream WAREHOUSE TABLE WRITER BASE COUNT OPTIONS_JSON FIRST_BATCH BATCHES``: one streaming run.
+
+    Batch b holds ids ``BASE + b*COUNT ..`` (the same rows on every replay, as Spark's sources guarantee).
+    """
+    warehouse, table, writer, base, count, options_json, first, batches = argv[:8]
+    options: dict[str, Any] = json.loads(options_json)
+    run, query = uuid.uuid4().hex, f"query-{writer}"
+    _wait_for_start()
+    for b in range(int(first), int(first) + int(batches)):
+        data = rows(writer, int(base) + b * int(count), int(count))
+        try:
+            result = stream_batch(warehouse, table, writer, b, data, run=run, query=query, **options)
+            print(_result_json(result, batch=b), flush=True)
+        except Exception as e:  # noqa: BLE001 - reported to the parent test, which asserts on it
+            print(json.dumps({"ok": False, "batch": b, "error": type(e).__name__, "message": str(e)}), flush=True)
+            return
+
+
 def main(argv: list[str]) -> None:
     """``python -m tests.sinkutil WAREHOUSE TABLE WRITER START COUNT [OPTIONS_JSON [REPEAT]]``.
 
     Makes REPEAT (default 1) writes of COUNT rows each, ids contiguous from START; prints one
     JSON line per write. With ``writer.batch-id`` in the options, write i uses batch id + i.
+    ``--stream ...`` runs a streaming run instead (:func:`_stream_main`).
     """
+    if argv[:1] == ["--stream"]:
+        _stream_main(argv[1:])
+        return
     warehouse, table, writer, start, count = argv[:5]
     options: dict[str, Any] = json.loads(argv[5]) if len(argv) > 5 else {}
     repeat = int(argv[6]) if len(argv) > 6 else 1
@@ -101,7 +140,7 @@ def main(argv: list[str]) -> None:
         lo = int(start) + i * int(count)
         try:
             print(_result_json(sink_write(warehouse, table, rows(writer, lo, int(count)), **options)), flush=True)
-        except Exception as e:  # reported to the parent test, which asserts on it
+        except Exception as e:  # noqa: BLE001 - reported to the parent test, which asserts on it
             print(json.dumps({"ok": False, "error": type(e).__name__, "message": str(e)}), flush=True)
 
 

@@ -132,3 +132,18 @@ def test_zombie_victim_restarted_elsewhere_is_fenced(wh: str) -> None:
     assert third.outcome is Outcome.APPLIED
     assert table_ids(wh, TABLE) == list(range(10)) + list(range(1000, 1050)) + list(range(3000, 3005))
     _assert_invariants(wh)
+
+
+def test_restarted_stream_run_replaying_a_committed_batch_keeps_going(wh: str) -> None:
+    """Spark died after the sink committed batch 0, before its commit log: the next run replays batch 0
+    (a duplicate, and its epoch claim) and must then commit batch 1 — not be fenced by the dead run."""
+    from tests.sinkutil import stream_batch
+
+    first = stream_batch(wh, TABLE, "orders", 0, rows("orders", 100, 3), run="run-a", query="q")
+    assert first.outcome is Outcome.APPLIED
+    replay = stream_batch(wh, TABLE, "orders", 0, rows("orders", 100, 3), run="run-b", query="q")
+    assert replay.outcome is Outcome.DUPLICATE
+    nxt = stream_batch(wh, TABLE, "orders", 1, rows("orders", 103, 3), run="run-b", query="q")
+    assert nxt.outcome is Outcome.APPLIED
+    assert table_ids(wh, TABLE) == list(range(10)) + list(range(100, 106))
+    _assert_invariants(wh)

@@ -76,6 +76,8 @@ class Env:
     #: Encodes one data file for a WAL entry; the default is a bare model dict.
     encode_file: Callable[[str, str], dict[str, Any]] = lambda path, key: {"p": path, "key": key}
     injected: Counter[str] = field(default_factory=Counter)
+    #: Streaming runs refused as fenced: (process, writer, run, the epoch that fenced it).
+    fences: list[tuple[str, str, str, int]] = field(default_factory=list)
     _ambiguous_streak: Counter[str] = field(default_factory=Counter)
 
     def __post_init__(self) -> None:
@@ -83,13 +85,14 @@ class Env:
         self.store.before_put = self._put_fault
 
     def _put_fault(self, key: str) -> str | None:
-        if self.sched.current() is None or self.rng.random() >= self.faults.ambiguous_put:
-            self._ambiguous_streak[key] = 0
+        proc = self.sched.current()
+        if proc is None:
             return None
-        self._ambiguous_streak[key] += 1
-        if self._ambiguous_streak[key] > 2:
-            self._ambiguous_streak[key] = 0
+        # At most 2 faults per process and key: a create_resolved call (5 attempts) can always finish.
+        streak = f"{proc.name}:{key}"
+        if self.rng.random() >= self.faults.ambiguous_put or self._ambiguous_streak[streak] >= 2:
             return None
+        self._ambiguous_streak[streak] += 1
         self.injected["put"] += 1
         return self.rng.choice(["lost-before", "lost-after"])
 
@@ -184,6 +187,7 @@ def stream_run(
             epoch = stream_epoch(ctx, view.state, writer, run)
         except FencedWriterError as e:
             write.error = e
+            env.fences.append((name, writer, run, view.state.writers[writer].epoch))
             return
         identity = WriterIdentity(writer, False, epoch, view.state.upper, run)
         entry = data_entry(identity, files, batch=b, query=query, strict=True, mode=mode)
@@ -413,8 +417,25 @@ def check(env: Env, ctx: CommitContext, pending_before: int, recover_commits: in
         gc_deleted = [p for p in missing if p in env.deleted_by_gc]
         v.append(f"I6: files referenced by the table were deleted: {missing[:5]} (by gc: {gc_deleted[:5]})")
     v.extend(_check_fencing(outcome_at, by_token))
+    v.extend(_check_false_fences(env, by_token))
     if {str(f["p"]) for f in t.files} - t.ever_referenced:
         v.append("model bug: live files not recorded as referenced")
+    return v
+
+
+def _check_false_fences(env: Env, by_token: Mapping[str, WalEntry]) -> list[str]:
+    """I4, the other way round: a run is only fenced by an epoch claimed after its own claim."""
+    v = []
+    claims: dict[tuple[str, str], int] = {}
+    for key, data in env.store.objects.items():
+        seq = seq_of(key)
+        entry = decode_entry(data, key) if seq is not None else None
+        if entry is not None and entry.claims and entry.run is not None:
+            claims[(entry.writer, entry.run)] = min(seq, claims.get((entry.writer, entry.run), seq))  # type: ignore[arg-type]
+    for proc, writer, run, fencer_epoch in env.fences:
+        own = claims.get((writer, run))
+        if own is not None and fencer_epoch < own:
+            v.append(f"I4: {proc} (claimed at seq {own}) was fenced by the older epoch {fencer_epoch}")
     return v
 
 
