@@ -71,7 +71,7 @@ def load_catalog(opts: SinkOptions) -> Any:
 
         try:
             catalog = pyiceberg_load_catalog(opts.catalog_name or "fencedlake", **opts.catalog_properties)
-        except Exception as e:  # pyiceberg raises ValueError, NotInstalledError, connection errors...
+        except Exception as e:  # noqa: BLE001 - pyiceberg raises ValueError, NotInstalledError, connection errors...
             raise InvalidOptionsError(
                 f"cannot load catalog {opts.catalog_name or '(from catalog.* options)'} with properties "
                 f"{redact(opts.catalog_properties)}: {type(e).__name__}: {_redacted_message(e, opts)}"
@@ -93,19 +93,26 @@ def _redacted_message(error: BaseException, opts: SinkOptions) -> str:
 
 def _ensure_namespace(catalog: Any, namespace: tuple[str, ...]) -> None:
     from pyiceberg.exceptions import NamespaceAlreadyExistsError
+    from sqlalchemy.exc import IntegrityError
 
     try:
         catalog.create_namespace(namespace)
     except NamespaceAlreadyExistsError:
         pass
+    except IntegrityError:
+        # pyiceberg's SqlCatalog checks, then inserts: when concurrent first writers both pass the check,
+        # the loser's insert fails with the database's unique-key error, not NamespaceAlreadyExistsError.
+        if not catalog.namespace_exists(namespace):
+            raise
 
 
 def resolve_table(catalog: Any, opts: SinkOptions, spark_schema: Any) -> Any:
     """Load or create the table, check the DataFrame schema against it, merge columns if asked."""
-    from pyiceberg.exceptions import CommitFailedException, NoSuchTableError, TableAlreadyExistsError
+    from pyiceberg.exceptions import CommitFailedException, NoSuchTableError, TableAlreadyExistsError, ValidationError
 
     from pyspark_fenced_sink.partitioning import parse_partition_by, same_partitioning, spec_to_text
     from pyspark_fenced_sink.schema import apply_additions, check_write_schema, iceberg_schema_from_spark
+    from pyspark_fenced_sink.writeprops import validate_write_properties
 
     try:
         table = catalog.load_table(opts.table)
@@ -116,13 +123,22 @@ def resolve_table(catalog: Any, opts: SinkOptions, spark_schema: Any) -> Any:
             ) from None
         schema = iceberg_schema_from_spark(spark_schema)
         spec = parse_partition_by(opts.partition_by, schema)
+        validate_write_properties(opts.table_properties)  # executors would fail after the table exists
         _ensure_namespace(catalog, tuple(opts.table.split(".")[:-1]))
         try:
-            table = catalog.create_table(opts.table, schema, partition_spec=spec, properties=dict(opts.table_properties))
+            table = catalog.create_table(
+                opts.table, schema, partition_spec=spec, properties=dict(opts.table_properties)
+            )
             logger.info("fencedlake: created table %s partitioned by [%s]", opts.table, opts.partition_by)
         except TableAlreadyExistsError:
             table = catalog.load_table(opts.table)
+        except (ValueError, ValidationError) as e:  # e.g. table.format-version=9 or =abc
+            raise InvalidOptionsError(
+                f"cannot create table {opts.table} with table properties {redact(opts.table_properties)}: "
+                f"{type(e).__name__}: {e}; fix the table.<property> options"
+            ) from e
     else:
+        validate_write_properties(table.properties)  # fail on the driver, not in every task
         if opts.partition_by.strip():
             requested = parse_partition_by(opts.partition_by, table.schema())
             if not same_partitioning(requested, table.spec()):

@@ -29,7 +29,7 @@ _DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 def _duration(text: str) -> float:
     """``90s``, ``30m``, ``24h``, ``7d`` (or plain seconds) -> seconds."""
     raw = text.strip().lower()
-    unit = _DURATION_UNITS.get(raw[-1:], None)
+    unit = _DURATION_UNITS.get(raw[-1:])
     number = raw[:-1] if unit else raw
     try:
         value = float(number) * (unit or 1)

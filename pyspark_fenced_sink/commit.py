@@ -172,7 +172,7 @@ def _fenced_before_put(state: CommittedState, entry: WalEntry) -> str | None:
     if current is not None and current.epoch > entry.epoch:
         return (
             f"writer {entry.writer!r} epoch {entry.epoch} was fenced by epoch {current.epoch} "
-            f"at WAL seq {current.epoch}; stop this incarnation"
+            f"at WAL seq {current.epoch}"
         )
     return None
 
@@ -224,7 +224,8 @@ def _drive(ctx: CommitContext, entry: WalEntry, seq: int, view: TableView, progr
             if found is None:
                 raise CommitOutcomeUnknownError(
                     f"table {ctx.port.name}: WAL seq {seq} was reconciled but no commit record for it "
-                    f"remains (snapshots expired); look it up with `fencedlake wal {ctx.port.name} --seq {seq}`",
+                    f"remains (snapshots expired); look it up with "
+                    f"`fencedlake wal {ctx.port.name} --from {seq} --limit 1`",
                     table=ctx.port.name,
                     seq=seq,
                 )

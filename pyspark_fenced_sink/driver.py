@@ -113,15 +113,18 @@ def commit_files(
     """Commit the tasks' files through the protocol; returns the CommitResult or raises."""
     from pyspark_fenced_sink.catalogs import commit_context, load_catalog
     from pyspark_fenced_sink.fencing import stream_epoch
+    from pyspark_fenced_sink.iceberg_table import IcebergTablePort
     from pyspark_fenced_sink.writes import data_entry, finish_write
 
     failpoints.configure(plan.opts.failpoints)
     collected = [m for m in messages if m is not None]
     files = [f for m in collected for f in m.files]
     rows = sum(m.rows for m in collected)
-    ctx = commit_context(load_catalog(plan.opts), plan.opts)
-    view = ctx.port.load()
-    remove = _remover(ctx.port.table(view))
+    catalog = load_catalog(plan.opts)
+    port = IcebergTablePort(catalog, plan.opts.table)
+    view = port.load()  # the one catalog read before the WAL put: base view and table location
+    ctx = commit_context(catalog, plan.opts, port.table(view))
+    remove = _remover(port.table(view))
     if plan.identity is not None:
         identity, query, strict, batch = plan.identity, None, False, plan.opts.batch_id
     else:

@@ -68,7 +68,7 @@ class CommitOutcomeUnknownError(FencedLakeError):
 
     Do not retry blindly and never delete its files: the next commit on the
     table (or ``fencedlake recover``) applies the entry exactly once. Look the
-    outcome up with ``fencedlake wal TABLE --seq SEQ``.
+    outcome up with ``fencedlake wal TABLE --from SEQ --limit 1``.
     """
 
     def __init__(self, message: str, *, table: str = "", seq: int | None = None) -> None:

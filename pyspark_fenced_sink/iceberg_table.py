@@ -165,7 +165,7 @@ class IcebergTablePort:
         requirements = (
             *tx._requirements,
             AssertTableUUID(uuid=metadata.table_uuid),
-            AssertDefaultSpecId(default_spec_id=metadata.default_spec_id),
+            AssertDefaultSpecId(default_spec_id=metadata.default_spec_id),  # type: ignore[call-arg]  # pydantic: by name
         )
         try:
             self._submit(table, tx, requirements)

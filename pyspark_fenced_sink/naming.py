@@ -19,7 +19,7 @@ import re
 import secrets
 from dataclasses import dataclass
 
-__all__ = ["FileTag", "WRITER_ID_PATTERN", "validate_writer_id"]
+__all__ = ["WRITER_ID_PATTERN", "FileTag", "validate_writer_id"]
 
 WRITER_ID_PATTERN = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 _NAME = re.compile(
@@ -40,7 +40,7 @@ def validate_writer_id(writer_id: str) -> str:
     """
     from pyspark_fenced_sink.errors import InvalidOptionsError
 
-    if not WRITER_ID_PATTERN.match(writer_id or ""):
+    if not WRITER_ID_PATTERN.fullmatch(writer_id or ""):  # fullmatch: "$" alone accepts a trailing "\n"
         raise InvalidOptionsError(
             f"writer.id {writer_id!r} is invalid: expected 1-128 characters of letters, digits, "
             "'_', '.', '-', not starting with '.' or '-'"

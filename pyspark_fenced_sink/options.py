@@ -60,7 +60,7 @@ _KNOWN = frozenset(
     }
 )
 _SECRET = re.compile(r"secret|password|passwd|token|credential|key|auth|sas", re.IGNORECASE)
-_URI_PASSWORD = re.compile(r"(://[^:/@]+:)([^@]+)(@)")
+_URI_PASSWORD = re.compile(r"(://[^:/@]*:)([^@]+)(@)")  # the user may be empty: redis://:pw@host
 _IDENT = re.compile(r"^[A-Za-z0-9_$-]+$")
 
 
@@ -149,7 +149,7 @@ def _table_name(options: Mapping[str, str]) -> str:
     if not name:
         raise InvalidOptionsError('no table given: use .save("namespace.table") or .option("table", "namespace.table")')
     parts = name.split(".")
-    if len(parts) < 2 or not all(_IDENT.match(p) for p in parts):
+    if len(parts) < 2 or not all(_IDENT.fullmatch(p) for p in parts):
         raise InvalidOptionsError(
             f"table name {name!r} is invalid: expected namespace.table with letters, digits, '_', '-' or '$' "
             "in each part (for example db.events)"

@@ -42,12 +42,12 @@ from pyspark_fenced_sink.errors import StoreError
 
 __all__ = [
     "CountingStore",
-    "create_resolved",
     "LocalStore",
     "MemoryStore",
     "ObjectStore",
     "S3Store",
     "control_root",
+    "create_resolved",
     "open_store",
 ]
 
@@ -110,7 +110,10 @@ class LocalStore:
 
     def put_if_absent(self, key: str, data: bytes) -> bool:
         path = self._path(key)
-        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise StoreError(f"cannot create {path.parent}: {e.strerror}") from e
         tmp = path.parent / f".{path.name}.{uuid.uuid4().hex}.tmp"
         try:
             with open(tmp, "wb") as f:
@@ -151,6 +154,7 @@ class S3Store:
     def __init__(self, root: str, fs: Any) -> None:
         self.root = root.split("://", 1)[-1].rstrip("/")
         self.fs = fs
+        self._failures = _s3_failures()
 
     def __repr__(self) -> str:
         return f"S3Store('s3://{self.root}')"
@@ -165,7 +169,7 @@ class S3Store:
             return bytes(self.fs.cat_file(self._path(key)))
         except FileNotFoundError:
             return None
-        except OSError as e:
+        except self._failures as e:
             raise StoreError(f"GET s3://{self._path(key)} failed: {e}") from e
 
     def list(self, prefix: str, start_after: str = "") -> list[str]:
@@ -181,7 +185,7 @@ class S3Store:
                 kwargs["ContinuationToken"] = token
             try:
                 page = self.fs.call_s3("list_objects_v2", **kwargs)
-            except OSError as e:
+            except self._failures as e:
                 raise StoreError(f"LIST s3://{bucket}/{base}{prefix} failed: {e}") from e
             keys.extend(obj["Key"][len(base) :] for obj in page.get("Contents", ()))
             if not page.get("IsTruncated"):
@@ -196,7 +200,7 @@ class S3Store:
                 return True
             except FileExistsError:
                 return False
-            except OSError as e:
+            except self._failures as e:
                 if _s3_error_code(e) == "ConditionalRequestConflict" and attempt + 1 < self.conflict_retries:
                     time.sleep(random.uniform(0.01, 0.05) * (attempt + 1))
                     continue
@@ -208,8 +212,26 @@ class S3Store:
             self.fs.rm_file(self._path(key))
         except FileNotFoundError:
             return
-        except OSError as e:
+        except self._failures as e:
             raise StoreError(f"DELETE s3://{self._path(key)} failed: {e}") from e
+
+
+def _s3_failures() -> tuple[type[BaseException], ...]:
+    """What an s3fs request raises when it fails.
+
+    s3fs turns S3 error responses into ``OSError`` (the botocore ``ClientError``
+    as ``__cause__``), but re-raises botocore's transport errors untranslated
+    once its own retries are spent: ``ConnectionClosedError`` (the connection
+    dropped after the request was sent: the PUT may have landed),
+    ``EndpointConnectionError``, ... Those are not ``OSError``; without them a
+    lost PUT response would escape as a raw botocore error instead of an
+    ambiguous :class:`StoreError` resolved by the owner token (invariant I7).
+    """
+    try:
+        from botocore.exceptions import BotoCoreError
+    except ImportError:  # pragma: no cover - s3fs depends on botocore
+        return (OSError,)
+    return (OSError, BotoCoreError)
 
 
 def _s3_error_code(e: BaseException) -> str | None:
@@ -239,7 +261,7 @@ class MemoryStore:
 
     ``before_put(key) -> str | None`` may return ``"lost-before"`` (raise an
     ambiguous error without applying) or ``"lost-after"`` (apply, then raise
-    an ambiguous error). ``after_op(kind, key)`` runs after every request.
+    an ambiguous error). ``before_op(kind, key)`` runs before every request.
     """
 
     def __init__(self) -> None:

@@ -34,6 +34,19 @@ def size_property(props: Mapping[str, str], key: str, default: int) -> int:
     return default if value is None else value
 
 
+def validate_write_properties(props: Mapping[str, str]) -> None:
+    """Raise :class:`InvalidOptionsError` for any write property the executors would reject.
+
+    The driver calls this before it creates a table or launches a task, so a bad
+    ``table.<prop>`` option fails the write with nothing created and nothing written.
+    """
+    parquet_kwargs(props)
+    tp = TableProperties
+    size_property(props, tp.PARQUET_ROW_GROUP_LIMIT, tp.PARQUET_ROW_GROUP_LIMIT_DEFAULT)
+    size_property(props, tp.PARQUET_ROW_GROUP_SIZE_BYTES, tp.PARQUET_ROW_GROUP_SIZE_BYTES_DEFAULT)
+    size_property(props, tp.WRITE_TARGET_FILE_SIZE_BYTES, tp.WRITE_TARGET_FILE_SIZE_BYTES_DEFAULT)
+
+
 def parquet_kwargs(props: Mapping[str, str]) -> dict[str, Any]:
     """``pyarrow.parquet.ParquetWriter`` keyword arguments from the table's ``write.parquet.*`` properties."""
     codec = props.get(TableProperties.PARQUET_COMPRESSION, TableProperties.PARQUET_COMPRESSION_DEFAULT).lower()

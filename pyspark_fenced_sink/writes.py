@@ -16,8 +16,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from pyspark_fenced_sink.datafiles import encoded_path
 from pyspark_fenced_sink.commit import CommitContext, CommitResult, TableView, commit_entry
+from pyspark_fenced_sink.datafiles import encoded_path
 from pyspark_fenced_sink.errors import FencedWriterError, WriteRejectedError
 from pyspark_fenced_sink.fencing import WriterIdentity, new_token
 from pyspark_fenced_sink.reconcile import Outcome

@@ -15,7 +15,7 @@ from typing import Any
 
 from pyspark_fenced_sink.commit import recover
 from pyspark_fenced_sink.datafiles import encoded_path
-from pyspark_fenced_sink.state import STATE_PROPERTY, CommittedState, CommitRecord, decode_record
+from pyspark_fenced_sink.state import STATE_PROPERTY, CommitRecord, CommittedState, decode_record
 from pyspark_fenced_sink.wal import TOKEN_CHARS, EntryKind, Wal, WalEntry
 
 
