@@ -42,7 +42,9 @@ def _duration(text: str) -> float:
 
 def _parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--catalog", help="a catalog configured the pyiceberg way (.pyiceberg.yaml, PYICEBERG_CATALOG__*)")
+    common.add_argument(
+        "--catalog", help="a catalog configured the pyiceberg way (.pyiceberg.yaml, PYICEBERG_CATALOG__*)"
+    )
     common.add_argument(
         "--catalog-prop", action="append", default=[], metavar="KEY=VALUE",
         help="a pyiceberg catalog property (type, uri, warehouse, s3.endpoint, ...); repeatable",
@@ -157,7 +159,7 @@ def _cmd_status(args: argparse.Namespace) -> int:
         "expired_before": state.expired_before,
         "wal_below_upper": len([s for s in ctx.wal.scan(0) if s < state.upper]),
         "pending": len(entries),
-        "writers": [{"writer": w, **{k: v for k, v in asdict(s).items()}} for w, s in sorted(state.writers.items())],
+        "writers": [{"writer": w, **asdict(s)} for w, s in sorted(state.writers.items())],
         "pending_entries": entries,
         "recent_commits": recent_commits(table, args.commits),
     }

@@ -152,7 +152,9 @@ def commit_files(
     return result
 
 
-def abort_files(plan: WritePlan, messages: Sequence[FencedLakeCommitMessage | None], *, batch_id: int | None = None) -> None:
+def abort_files(
+    plan: WritePlan, messages: Sequence[FencedLakeCommitMessage | None], *, batch_id: int | None = None
+) -> None:
     """Delete the tasks' files unless ``commit()`` may have put a WAL entry naming them."""
     from pyspark_fenced_sink.catalogs import load_catalog
 

@@ -55,8 +55,10 @@ class FencedWriterError(FencedLakeError):
 
 
 class WriteRejectedError(FencedLakeError):
-    """The protocol rejected this write (batch-id gap, a different streaming
-    query behind the same ``writer.id``, or a write expired by ``gc``).
+    """The protocol rejected this write.
+
+    Causes: a batch-id gap, a different streaming query behind the same
+    ``writer.id``, or a write expired by ``gc``.
 
     Not retryable as is: the message says what to change. Nothing of the write
     was applied, and its files are removed.

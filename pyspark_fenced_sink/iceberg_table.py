@@ -173,7 +173,9 @@ class IcebergTablePort:
             producer._clean_all_uncommitted()
             raise CommitConflict(str(e)) from e
         except _UNKNOWN_ERRORS as e:
-            logger.warning("fencedlake: commit on %s has an unknown outcome (%s); re-reading", self.name, type(e).__name__)
+            logger.warning(
+                "fencedlake: commit on %s has an unknown outcome (%s); re-reading", self.name, type(e).__name__
+            )
             raise CommitUnknown(str(e)) from e
         # _do_commit moved this Table object to the new metadata: it no longer is ``base``.
         self._tables.pop(base.version, None)

@@ -173,7 +173,9 @@ def parse_options(options: Mapping[str, str], *, streaming: bool = False) -> Sin
             f"or {CATALOG_PREFIX}<pyiceberg property>, {TABLE_PROPERTY_PREFIX}<table property>"
         )
     catalog_properties = {k[len(CATALOG_PREFIX) :]: v for k, v in opts.items() if k.startswith(CATALOG_PREFIX)}
-    table_properties = {k[len(TABLE_PROPERTY_PREFIX) :]: v for k, v in opts.items() if k.startswith(TABLE_PROPERTY_PREFIX)}
+    table_properties = {
+        k[len(TABLE_PROPERTY_PREFIX) :]: v for k, v in opts.items() if k.startswith(TABLE_PROPERTY_PREFIX)
+    }
     if "" in catalog_properties or "" in table_properties:
         raise InvalidOptionsError("an option key ends with '.': expected catalog.<key> or table.<property>")
     catalog_name = opts.get(CATALOG) or None

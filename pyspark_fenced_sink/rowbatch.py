@@ -27,7 +27,9 @@ __all__ = ["ROWS_PER_BATCH", "rows_to_batches"]
 ROWS_PER_BATCH = 10_000
 
 
-def rows_to_batches(rows: Iterator[Any], spark_schema: Any, rows_per_batch: int = ROWS_PER_BATCH) -> Iterator[pa.RecordBatch]:
+def rows_to_batches(
+    rows: Iterator[Any], spark_schema: Any, rows_per_batch: int = ROWS_PER_BATCH
+) -> Iterator[pa.RecordBatch]:
     """Yield Arrow batches of at most ``rows_per_batch`` rows of ``spark_schema`` from Spark ``Row`` objects."""
     from pyspark.sql.pandas.types import to_arrow_schema
 

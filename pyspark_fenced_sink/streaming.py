@@ -21,10 +21,6 @@ from typing import Any
 
 import pyspark.sql.datasource as _spark_ds
 
-# Spark >= 4.1: Arrow batches; Spark 4.0: rows, converted by rowbatch.
-ARROW_STREAM_WRITER = hasattr(_spark_ds, "DataSourceStreamArrowWriter")
-_StreamWriterBase: Any = getattr(_spark_ds, "DataSourceStreamArrowWriter", _spark_ds.DataSourceStreamWriter)
-
 from pyspark_fenced_sink import failpoints
 from pyspark_fenced_sink.driver import WritePlan, abort_files, commit_files, plan_write
 from pyspark_fenced_sink.executor import task_info_from_spark, write_task
@@ -32,6 +28,10 @@ from pyspark_fenced_sink.messages import FencedLakeCommitMessage, spark_run_ids
 from pyspark_fenced_sink.rowbatch import rows_to_batches
 
 __all__ = ["ARROW_STREAM_WRITER", "FencedLakeStreamWriter"]
+
+# Spark >= 4.1: Arrow batches; Spark 4.0: rows, converted by rowbatch.
+ARROW_STREAM_WRITER = hasattr(_spark_ds, "DataSourceStreamArrowWriter")
+_StreamWriterBase: Any = getattr(_spark_ds, "DataSourceStreamArrowWriter", _spark_ds.DataSourceStreamWriter)
 
 
 class FencedLakeStreamWriter(_StreamWriterBase):  # type: ignore[misc]

@@ -61,7 +61,9 @@ def check_table(table: Any, wal: Wal, exists: Callable[[str], bool], *, truncate
     expected_first = 0
     for r in records:
         if r.first != expected_first:
-            v.append(f"I3: commit record starts at {r.first}, expected {expected_first} (a position skipped or re-applied)")
+            v.append(
+                f"I3: commit record starts at {r.first}, expected {expected_first} (a position skipped or re-applied)"
+            )
         expected_first = r.last + 1
     if expected_first != state.upper:
         v.append(f"I2: records end at {expected_first}, committed upper is {state.upper}")
@@ -79,7 +81,8 @@ def check_table(table: Any, wal: Wal, exists: Callable[[str], bool], *, truncate
         entry = wal.read(seq)
         if entry is not None:
             entries[seq] = entry
-    overwritten_after = max((s for s, e in entries.items() if e.mode == "overwrite" and outcome.get(s, ("", ""))[1] == "A"),
+    applied_overwrites = (s for s, e in entries.items() if e.mode == "overwrite" and outcome.get(s, ("", ""))[1] == "A")
+    overwritten_after = max(applied_overwrites,
                             default=-1)
     for seq, entry in sorted(entries.items()):
         if seq >= state.upper:

@@ -75,7 +75,9 @@ def wh(tmp_path: Path) -> str:
 
 
 @pytest.mark.multiprocess
-@pytest.mark.parametrize(("point", "writer_id"), MATRIX, ids=[f"{p}-{'stable' if w else 'anonymous'}" for p, w in MATRIX])
+@pytest.mark.parametrize(
+    ("point", "writer_id"), MATRIX, ids=[f"{p}-{'stable' if w else 'anonymous'}" for p, w in MATRIX]
+)
 def test_crash_then_peer_write_finishes_the_victims_durable_work(wh: str, point: str, writer_id: str | None) -> None:
     """The victim dies at ``point``; the next writer applies its entry iff it was durable; a re-run is exactly-once."""
     victim_opts = {"writer.id": writer_id, "writer.batch-id": 7} if writer_id else {}
@@ -108,9 +110,9 @@ def test_crash_then_recover_applies_the_durable_entry(wh: str, point: str) -> No
 def test_failed_commit_then_abort_keeps_files_a_durable_entry_names(wh: str, point: str) -> None:
     """An exception at ``point``: ``abort()`` runs (as Spark does after a failed commit) and never
     deletes files the WAL names; the next writer then lands them (hard case: abort after commit)."""
+    stable = {"writer.id": "etl"} if point in STABLE_ONLY else {}
     try:
         with pytest.raises(failpoints.FailPointError):
-            stable = {"writer.id": "etl"} if point in STABLE_ONLY else {}
             sink_write(wh, TABLE, rows("victim", 1000, 50), **{"test.failpoints": f"{point}=raise"}, **stable)
     finally:
         failpoints.configure("")

@@ -139,7 +139,7 @@ def test_group_commit_applies_every_pending_entry_at_once(wh: str) -> None:
         ctx.wal.append(_prepared_entry(wh, f"dead{i}", 100 + i * 10, 10), start=0)
     result = sink_write(wh, TABLE, rows("b", 1, 1))
     assert result.catalog_commits == 1 and result.group == 6 and result.helped == 5
-    assert table_ids(wh, TABLE) == [0, 1] + list(range(100, 150))
+    assert table_ids(wh, TABLE) == [0, 1, *range(100, 150)]
 
 
 def test_unknown_commit_outcome_is_resolved_by_reading_back(wh: str, monkeypatch: pytest.MonkeyPatch) -> None:

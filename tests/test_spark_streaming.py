@@ -29,6 +29,7 @@ sink as ``overwrite=True``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -183,11 +184,11 @@ def _driver(args: list[str], out: Path, **env: str) -> subprocess.Popen[str]:
 
 def _kill_application(proc: subprocess.Popen[str], paused_pid: int | None = None) -> None:
     """``kill -9`` the driver's process group (driver, JVM) and the paused Python worker (the daemon's group)."""
-    for kill in (lambda: os.killpg(proc.pid, signal.SIGKILL), lambda: paused_pid and os.kill(paused_pid, signal.SIGKILL)):
-        try:
-            kill()
-        except ProcessLookupError:
-            pass
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    if paused_pid:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(paused_pid, signal.SIGKILL)
     proc.wait(timeout=60)
 
 
@@ -281,7 +282,7 @@ def test_many_restarts_with_replayed_batches_equal_the_source(spark: Any, env: d
             write_input(inp, f"f{next_id:04d}", ids(next_id, 7))
             next_id += 7
 
-    for round_ in range(2):
+    for _ in range(2):
         publish(2)
         query = start()
         run_to_end(query)
@@ -323,8 +324,9 @@ def test_processing_time_trigger_across_restarts(spark: Any, env: dict[str, str]
             for n in range(3):
                 write_input(inp, f"r{run}-f{n}", ids(1000 * run + 10 * n, 5))
                 expected += ids(1000 * run + 10 * n, 5)
-                wait_until(lambda: embedded_catalog(wh).table_exists(table) and len(ids_of(wh, table)) == len(expected),
-                           90, f"{len(expected)} rows")
+                want = len(expected)
+                landed = lambda want=want: embedded_catalog(wh).table_exists(table) and len(ids_of(wh, table)) == want  # noqa: E731
+                wait_until(landed, 90, f"{want} rows")
         finally:
             query.stop()
         assert query.exception() is None

@@ -13,6 +13,7 @@ I1-I7 (``check``). Every process runs the production code paths
 
 from __future__ import annotations
 
+import itertools
 import random
 import uuid
 from collections import Counter
@@ -353,7 +354,7 @@ def check(env: Env, ctx: CommitContext, pending_before: int, recover_commits: in
             v.append(f"process {p.name} raised {type(p.error).__name__}: {p.error}")
     # I2: the committed upper never goes backwards.
     uppers = [s.upper for s in t.states]
-    if any(b < a for a, b in zip(uppers, uppers[1:])):
+    if any(b < a for a, b in itertools.pairwise(uppers)):
         v.append(f"I2: committed upper went backwards: {uppers}")
     # I3: commit records partition [0, upper): every position reconciled exactly once; nothing pinned.
     covered = Counter(s for _, r in t.records for s in range(r.first, r.last + 1))
