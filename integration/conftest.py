@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +36,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if _HERE in Path(str(item.fspath)).resolve().parents:
             item.add_marker(pytest.mark.integration)
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """Print the scenario metrics (integration/test_scenarios.py) and write them as JSON."""
+    support = sys.modules.get("integration.scenarios_support")
+    if support is None or not support.REPORT.scenarios:
+        return
+    path = support.metrics_path()
+    support.REPORT.write(path)
+    terminalreporter.section("fencedlake scenario metrics")
+    for line in support.REPORT.lines():
+        terminalreporter.write_line(line)
+    terminalreporter.write_line(f"(written to {path})")
 
 
 @dataclass(frozen=True)

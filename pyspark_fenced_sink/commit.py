@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from pyspark_fenced_sink import failpoints
-from pyspark_fenced_sink.errors import CommitOutcomeUnknownError
+from pyspark_fenced_sink.errors import CommitOutcomeUnknownError, CorruptControlDataError, FencedLakeError
 from pyspark_fenced_sink.reconcile import MAX_GROUP_DEFAULT, Outcome, Position, ReconcilePlan, position, reconcile
 from pyspark_fenced_sink.state import CommitRecord, CommittedState
 from pyspark_fenced_sink.wal import TOKEN_CHARS, EntryKind, Wal, WalEntry
@@ -190,7 +190,18 @@ def commit_entry(ctx: CommitContext, entry: WalEntry, *, view: TableView | None 
     failpoints.hit("commit.before-wal-put")
     seq = ctx.wal.append(entry, start=view.state.upper)
     failpoints.hit("commit.after-wal-put")
-    return _drive(ctx, entry, seq, view, progress)
+    try:
+        return _drive(ctx, entry, seq, view, progress)
+    except (CommitOutcomeUnknownError, CorruptControlDataError, failpoints.FailPointError):
+        raise  # FailPointError: tests inject it to see exactly that exception arrive
+    except Exception as e:  # the entry is durable: any failure now leaves its outcome open (I1)
+        raise CommitOutcomeUnknownError(
+            f"table {ctx.port.name}: WAL seq {seq} is durable but its commit failed ({type(e).__name__}: {e}); "
+            f"the next commit on the table applies it exactly once: do not re-run the write blindly, look it up "
+            f"with `fencedlake wal {ctx.port.name} --from {seq} --limit 1`",
+            table=ctx.port.name,
+            seq=seq,
+        ) from e
 
 
 def _read_pending(ctx: CommitContext, upper: int, last: int | None, cache: dict[int, WalEntry]) -> dict[int, WalEntry]:
@@ -251,7 +262,7 @@ def _drive(ctx: CommitContext, entry: WalEntry, seq: int, view: TableView, progr
             and not plan.applied_before(seq)
             and not entry.claims
         ):
-            fresh = ctx.port.load()
+            fresh = _reload(ctx, progress)
             if fresh.version == view.version:
                 return _finish(ctx, progress, seq, mine.outcome, mine.detail, by_peer=False)
             view = fresh
@@ -267,7 +278,7 @@ def _drive(ctx: CommitContext, entry: WalEntry, seq: int, view: TableView, progr
                     seq=seq,
                 )
             ctx.sleep(_backoff(ctx, waits))
-            view = ctx.port.load()
+            view = _reload(ctx, progress)
             continue
         view, landed = _commit_plan(ctx, view, plan, pending, entry, progress)
         if landed is not None and mine is not None:
@@ -311,15 +322,30 @@ def _commit_plan(
     except CommitConflict:
         progress.conflicts += 1
         ctx.sleep(_backoff(ctx, progress.conflicts))
-        return ctx.port.load(), None
+        return _reload(ctx, progress), None
     except CommitUnknown:
         progress.unknowns += 1
-        return ctx.port.load(), None
+        return _reload(ctx, progress), None
     failpoints.hit("commit.after-catalog-commit")
     progress.catalog_commits += 1
     progress.helped += helped
     progress.group = len(plan.decisions)
     return new_view, record
+
+
+def _reload(ctx: CommitContext, progress: _Progress) -> TableView:
+    """Re-read the committed version, riding out a catalog outage (e.g. a database restart) until the deadline."""
+    failures = 0
+    while True:
+        try:
+            return ctx.port.load()
+        except FencedLakeError:
+            raise
+        except Exception:  # the catalog's database/transport errors: retry until the deadline
+            failures += 1
+            if ctx.now() > progress.t0 + ctx.max_wait_s:
+                raise
+            ctx.sleep(_backoff(ctx, failures))
 
 
 def _backoff(ctx: CommitContext, n: int) -> float:
