@@ -72,7 +72,7 @@ from integration.scenarios_support import (
 from pyspark_fenced_sink.datafiles import encoded_path
 from pyspark_fenced_sink.driver import commit_files, plan_write
 from pyspark_fenced_sink.maintenance import gc, truncate_wal
-from tests.sinkutil import SCHEMA, task_messages
+from tests.sinkutil import DURABLE_AT, SCHEMA, task_messages
 from tests.table_invariants import pending_after_recover
 
 pytestmark = [pytest.mark.integration, pytest.mark.multiprocess]
@@ -198,15 +198,7 @@ def test_field_report_apps_times_writers_all_commit_and_no_conflict_surfaces(
 # ------------------------------------------------------------------ 2. kill -9 at every fail point
 
 #: Fail points of a batch write, and whether the victim's WAL entry is durable when it fires.
-WRITE_POINTS = {
-    "executor.after-file-written": False,
-    "driver.after-open": False,
-    "commit.before-wal-put": False,
-    "commit.after-wal-put": True,
-    "commit.before-catalog-commit": True,
-    "commit.after-manifests-written": True,
-    "commit.after-catalog-commit": True,
-}
+WRITE_POINTS = DURABLE_AT
 #: gc's fail points; before-delete first (the victims above leave orphan files for it to find).
 GC_POINTS = ("gc.before-delete", "gc.after-barrier")
 VICTIM_BATCH = 7

@@ -22,12 +22,12 @@ import pytest
 
 from pyspark_fenced_sink.catalogs import commit_context, load_catalog
 from pyspark_fenced_sink.datafiles import encoded_path
-from pyspark_fenced_sink.driver import abort_files, commit_files, plan_write
+from pyspark_fenced_sink.driver import commit_files, plan_write
 from pyspark_fenced_sink.errors import FencedWriterError
 from pyspark_fenced_sink.options import parse_options
 from pyspark_fenced_sink.reconcile import Outcome
 from pyspark_fenced_sink.state import STATE_PROPERTY, CommittedState
-from tests.sinkutil import SCHEMA, rows, task_messages
+from tests.sinkutil import SCHEMA, rows, task_messages, write_planned
 from tests.table_invariants import check_table
 
 pytestmark = pytest.mark.integration
@@ -48,13 +48,7 @@ def sink_options(pg_uri: str, s3_prefix: str, pyiceberg_s3_properties: dict[str,
 
 def _write(options: Mapping[str, str], data: pa.Table, *, overwrite: bool = False, **extra: str) -> Any:
     """One batch write as Spark runs it (plan on the driver, two tasks, the commit worker)."""
-    plan = plan_write({**options, **extra}, SCHEMA, overwrite, streaming=False)
-    messages = task_messages(plan, data)
-    try:
-        return commit_files(plan, messages)
-    except BaseException:
-        abort_files(plan, messages)
-        raise
+    return write_planned(plan_write({**options, **extra}, SCHEMA, overwrite, streaming=False), data)
 
 
 def _table(options: Mapping[str, str]) -> Any:

@@ -24,6 +24,18 @@ from pyspark_fenced_sink.driver import WritePlan, abort_files, commit_files, pla
 from pyspark_fenced_sink.executor import TaskInfo, write_task
 from pyspark_fenced_sink.messages import FencedLakeCommitMessage
 
+#: Fail points of a batch write, in protocol order, and whether the writer's WAL entry is durable when it fires
+#: (a crash there leaves work the next committer must finish). Crash matrices in tests/ and integration/ use it.
+DURABLE_AT = {
+    "executor.after-file-written": False,
+    "driver.after-open": False,
+    "commit.before-wal-put": False,
+    "commit.after-wal-put": True,
+    "commit.before-catalog-commit": True,
+    "commit.after-manifests-written": True,
+    "commit.after-catalog-commit": True,
+}
+
 SCHEMA = StructType([StructField("id", LongType(), True), StructField("writer", StringType(), True)])
 
 
@@ -70,7 +82,11 @@ def stream_batch(warehouse: str, table: str, writer: str, batch: int, data: pa.T
 
 def sink_write(warehouse: str, table: str, data: pa.Table, *, overwrite: bool = False, **options: Any) -> Any:
     """One complete batch write; returns the CommitResult (or raises the sink's error)."""
-    p = plan(warehouse, table, overwrite=overwrite, **options)
+    return write_planned(plan(warehouse, table, overwrite=overwrite, **options), data)
+
+
+def write_planned(p: WritePlan, data: pa.Table) -> Any:
+    """The tasks and the commit of a planned batch write; a failed commit is aborted, as Spark does."""
     messages = task_messages(p, data)
     try:
         return commit_files(p, messages)

@@ -25,22 +25,12 @@ from pyspark_fenced_sink import failpoints
 from pyspark_fenced_sink.catalogs import commit_context, embedded_catalog
 from pyspark_fenced_sink.options import parse_options
 from pyspark_fenced_sink.reconcile import Outcome
-from tests.sinkutil import rows, sink_write, table_ids
+from tests.sinkutil import DURABLE_AT, rows, sink_write, table_ids
 from tests.table_invariants import check_table, pending_after_recover
 
 ROOT = Path(__file__).resolve().parents[1]
 TABLE = "db.crash"
 
-#: Fail points of a batch write, and whether the victim's entry is durable when it fires.
-DURABLE_AT = {
-    "executor.after-file-written": False,
-    "driver.after-open": False,
-    "commit.before-wal-put": False,
-    "commit.after-wal-put": True,
-    "commit.before-catalog-commit": True,
-    "commit.after-manifests-written": True,
-    "commit.after-catalog-commit": True,
-}
 #: Fail points only a stable writer passes (anonymous batch writers claim no epoch).
 STABLE_ONLY = {"driver.after-open"}
 MATRIX = [(p, w) for p in sorted(DURABLE_AT) for w in (None, "etl") if w or p not in STABLE_ONLY]
