@@ -123,8 +123,9 @@ def commit_files(
     catalog = load_catalog(plan.opts)
     port = IcebergTablePort(catalog, plan.opts.table)
     view = port.load()  # the one catalog read before the WAL put: base view and table location
-    ctx = commit_context(catalog, plan.opts, port.table(view))
-    remove = _remover(port.table(view))
+    table = port.table(view)
+    ctx = commit_context(catalog, plan.opts, table)
+    remove = _remover(table)
     if plan.identity is not None:
         identity, query, strict, batch = plan.identity, None, False, plan.opts.batch_id
     else:
