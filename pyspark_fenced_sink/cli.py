@@ -46,7 +46,10 @@ def _parser() -> argparse.ArgumentParser:
         "--catalog", help="a catalog configured the pyiceberg way (.pyiceberg.yaml, PYICEBERG_CATALOG__*)"
     )
     common.add_argument(
-        "--catalog-prop", action="append", default=[], metavar="KEY=VALUE",
+        "--catalog-prop",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
         help="a pyiceberg catalog property (type, uri, warehouse, s3.endpoint, ...); repeatable",
     )
     common.add_argument("--warehouse", help="embedded default catalog's warehouse directory")
@@ -56,38 +59,67 @@ def _parser() -> argparse.ArgumentParser:
         description="Inspect and maintain Iceberg tables written by the fencedlake sink. Safe while writers run.",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    p = sub.add_parser("status", parents=[common], help="committed upper, pending entries, writers, recent commits",
-                       description="Show the committed upper, pending WAL entries (and what the next commit would "
-                       "do with each), every writer's epoch and last batch id, and recent commits with latency, "
-                       "group size, conflicts absorbed and fences.")
+    p = sub.add_parser(
+        "status",
+        parents=[common],
+        help="committed upper, pending entries, writers, recent commits",
+        description="Show the committed upper, pending WAL entries (and what the next commit would "
+        "do with each), every writer's epoch and last batch id, and recent commits with latency, "
+        "group size, conflicts absorbed and fences.",
+    )
     p.add_argument("table")
     p.add_argument("--commits", type=int, default=10, help="recent commits to show (default 10)")
-    p = sub.add_parser("wal", parents=[common], help="WAL entries from a position, each with its classification",
-                       description="List WAL entries from --from on: below the upper (reconciled; the outcome "
-                       "recorded for it), at or above (pending; what the next commit would decide).")
+    p = sub.add_parser(
+        "wal",
+        parents=[common],
+        help="WAL entries from a position, each with its classification",
+        description="List WAL entries from --from on: below the upper (reconciled; the outcome "
+        "recorded for it), at or above (pending; what the next commit would decide).",
+    )
     p.add_argument("table")
     p.add_argument("--from", dest="start", type=int, default=0, help="first position (default 0)")
     p.add_argument("--limit", type=int, default=100, help="entries to show (default 100)")
-    p = sub.add_parser("recover", parents=[common], help="apply every pending entry now",
-                       description="Reconcile and commit every pending WAL entry now (what the next writer would "
-                       "do), and report what each commit decided.")
+    p = sub.add_parser(
+        "recover",
+        parents=[common],
+        help="apply every pending entry now",
+        description="Reconcile and commit every pending WAL entry now (what the next writer would "
+        "do), and report what each commit decided.",
+    )
     p.add_argument("table")
-    p = sub.add_parser("gc", parents=[common], help="truncate the WAL, remove orphan files, expire snapshots",
-                       description="Expire anonymous writes older than the grace period (a WAL barrier), delete WAL "
-                       "entries below the committed upper, remove orphan data files that no snapshot or pending entry "
-                       "references and no future entry can (aborted tasks, duplicate replays, fenced writers) "
-                       "once older than the grace period, and optionally expire old snapshots (the committed "
-                       "state is a table property and survives). --dry-run lists what would go.")
+    p = sub.add_parser(
+        "gc",
+        parents=[common],
+        help="truncate the WAL, remove orphan files, expire snapshots",
+        description="Expire anonymous writes older than the grace period (a WAL barrier), delete WAL "
+        "entries below the committed upper, remove orphan data files that no snapshot or pending entry "
+        "references and no future entry can (aborted tasks, duplicate replays, fenced writers) "
+        "once older than the grace period, and optionally expire old snapshots (the committed "
+        "state is a table property and survives). --dry-run lists what would go.",
+    )
     p.add_argument("table")
-    p.add_argument("--grace", type=_duration, default=_duration("24h"),
-                   help="minimum age of removed files and expired writes (default 24h)")
-    p.add_argument("--expire-snapshots-older-than", type=_duration, default=None, metavar="DURATION",
-                   help="also expire snapshots older than this (default: keep all snapshots)")
+    p.add_argument(
+        "--grace",
+        type=_duration,
+        default=_duration("24h"),
+        help="minimum age of removed files and expired writes (default 24h)",
+    )
+    p.add_argument(
+        "--expire-snapshots-older-than",
+        type=_duration,
+        default=None,
+        metavar="DURATION",
+        help="also expire snapshots older than this (default: keep all snapshots)",
+    )
     p.add_argument("--retain-last", type=int, default=10, help="snapshots always kept when expiring (default 10)")
     p.add_argument("--dry-run", action="store_true", help="list what would be removed, change nothing")
-    p = sub.add_parser("fence", parents=[common], help="fence every running incarnation of a writer",
-                       description="Put a fence barrier for WRITER_ID and commit it: every running incarnation "
-                       "of that writer gets FencedWriterError at its next commit and lands nothing after it.")
+    p = sub.add_parser(
+        "fence",
+        parents=[common],
+        help="fence every running incarnation of a writer",
+        description="Put a fence barrier for WRITER_ID and commit it: every running incarnation "
+        "of that writer gets FencedWriterError at its next commit and lands nothing after it.",
+    )
     p.add_argument("table")
     p.add_argument("writer_id")
     return parser
@@ -163,13 +195,31 @@ def _cmd_status(args: argparse.Namespace) -> int:
         "pending_entries": entries,
         "recent_commits": recent_commits(table, args.commits),
     }
-    _emit(args, body, [
-        ("writers", "writers", ("writer", "epoch", "last_batch", "run", "query")),
-        ("pending entries", "pending_entries", _ENTRY_COLUMNS),
-        ("recent commits", "recent_commits",
-         ("snapshot_id", "operation", "seqs", "latency_ms", "attempts", "conflicts", "group", "applied", "helped",
-          "fences", "added_rows")),
-    ])
+    _emit(
+        args,
+        body,
+        [
+            ("writers", "writers", ("writer", "epoch", "last_batch", "run", "query")),
+            ("pending entries", "pending_entries", _ENTRY_COLUMNS),
+            (
+                "recent commits",
+                "recent_commits",
+                (
+                    "snapshot_id",
+                    "operation",
+                    "seqs",
+                    "latency_ms",
+                    "attempts",
+                    "conflicts",
+                    "group",
+                    "applied",
+                    "helped",
+                    "fences",
+                    "added_rows",
+                ),
+            ),
+        ],
+    )
     return 0
 
 
@@ -178,8 +228,11 @@ def _cmd_wal(args: argparse.Namespace) -> int:
 
     ctx = _context(args)
     view = ctx.port.load()
-    body = {"table": args.table, "committed_upper": view.state.upper,
-            "entries": wal_rows(ctx, view, args.start, limit=args.limit)}
+    body = {
+        "table": args.table,
+        "committed_upper": view.state.upper,
+        "entries": wal_rows(ctx, view, args.start, limit=args.limit),
+    }
     _emit(args, body, [("entries", "entries", _ENTRY_COLUMNS)])
     return 0
 
@@ -191,8 +244,13 @@ def _cmd_recover(args: argparse.Namespace) -> int:
     before = ctx.port.load().state.upper
     records = recover(ctx)
     commits = [{"seqs": f"{r.first}-{r.last}", "outcomes": "".join(o for _, o in r.outcomes)} for r in records]
-    body = {"table": args.table, "upper_before": before, "committed_upper": ctx.port.load().state.upper,
-            "catalog_commits": len(records), "commits": commits}
+    body = {
+        "table": args.table,
+        "upper_before": before,
+        "committed_upper": ctx.port.load().state.upper,
+        "catalog_commits": len(records),
+        "commits": commits,
+    }
     _emit(args, body, [("commits", "commits", ("seqs", "outcomes"))])
     return 0
 
@@ -201,13 +259,25 @@ def _cmd_gc(args: argparse.Namespace) -> int:
     from pyspark_fenced_sink.maintenance import gc
 
     ctx = _context(args)
-    report = gc(ctx, grace_s=args.grace, dry_run=args.dry_run, snapshots_older_than_s=args.expire_snapshots_older_than,
-                retain_last=args.retain_last, progress=_progress)
+    report = gc(
+        ctx,
+        grace_s=args.grace,
+        dry_run=args.dry_run,
+        snapshots_older_than_s=args.expire_snapshots_older_than,
+        retain_last=args.retain_last,
+        progress=_progress,
+    )
     body = {"table": args.table, **asdict(report)}
     body["orphans"] = [{"path": p} for p in report.orphans]
     body["snapshots_expired"] = [{"snapshot_id": s} for s in report.snapshots_expired]
-    _emit(args, body, [("orphan files" + (" (would remove)" if args.dry_run else " (removed)"), "orphans", ("path",)),
-                       ("snapshots expired", "snapshots_expired", ("snapshot_id",))])
+    _emit(
+        args,
+        body,
+        [
+            ("orphan files" + (" (would remove)" if args.dry_run else " (removed)"), "orphans", ("path",)),
+            ("snapshots expired", "snapshots_expired", ("snapshot_id",)),
+        ],
+    )
     return 0
 
 
@@ -218,8 +288,12 @@ def _cmd_fence(args: argparse.Namespace) -> int:
     validate_writer_id(args.writer_id)
     ctx = _context(args)
     epoch = fence_writer(ctx, args.writer_id)
-    body = {"table": args.table, "writer": args.writer_id, "fenced_at_seq": epoch,
-            "committed_upper": ctx.port.load().state.upper}
+    body = {
+        "table": args.table,
+        "writer": args.writer_id,
+        "fenced_at_seq": epoch,
+        "committed_upper": ctx.port.load().state.upper,
+    }
     _emit(args, body, [])
     return 0
 

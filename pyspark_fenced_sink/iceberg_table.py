@@ -144,9 +144,7 @@ class IcebergTablePort:
         fv = metadata.format_version
         partition_types = {sid: spec.partition_type(schema) for sid, spec in specs.items()}
         added = [
-            decode_data_file(f, partition_types[encoded_spec_id(f)], fv)
-            for s in plan.apply
-            for f in entries[s].files
+            decode_data_file(f, partition_types[encoded_spec_id(f)], fv) for s in plan.apply for f in entries[s].files
         ]
         tx = _LeanTransaction(table)
         update = tx.update_snapshot(snapshot_properties=encode_record(record))
@@ -180,7 +178,6 @@ class IcebergTablePort:
         # _do_commit moved this Table object to the new metadata: it no longer is ``base``.
         self._tables.pop(base.version, None)
         return self._remember(table)
-
 
     @staticmethod
     def _submit(table: Table, tx: Transaction, requirements: tuple[Any, ...]) -> None:

@@ -148,7 +148,8 @@ def _expire_snapshots(ctx: CommitContext, older_than_ms: int, retain_last: int, 
         ids = [
             s.snapshot_id
             for s in table.metadata.snapshots
-            if s.timestamp_ms < older_than_ms and s.snapshot_id not in keep
+            if s.timestamp_ms < older_than_ms
+            and s.snapshot_id not in keep
             and s.snapshot_id != table.metadata.current_snapshot_id
         ]
         if dry_run or not ids:
@@ -220,8 +221,13 @@ def gc(
         report.snapshots_expired = _expire_snapshots(ctx, older_ms, retain_last, dry_run)
     logger.info(
         "fencedlake: gc%s on %s: expired_before=%s wal_truncated=%d orphans=%d (%d bytes) snapshots_expired=%d",
-        " (dry run)" if dry_run else "", ctx.port.name, report.expired_before, report.wal_truncated,
-        len(report.orphans), report.orphan_bytes, len(report.snapshots_expired),
+        " (dry run)" if dry_run else "",
+        ctx.port.name,
+        report.expired_before,
+        report.wal_truncated,
+        len(report.orphans),
+        report.orphan_bytes,
+        len(report.snapshots_expired),
     )
     return report
 

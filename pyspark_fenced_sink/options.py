@@ -66,9 +66,7 @@ _IDENT = re.compile(r"^[A-Za-z0-9_$-]+$")
 
 def redact(properties: Mapping[str, str]) -> dict[str, str]:
     """A copy safe to log: secret-looking values masked, passwords removed from URIs."""
-    return {
-        k: "****" if _SECRET.search(k) else _URI_PASSWORD.sub(r"\1****\3", str(v)) for k, v in properties.items()
-    }
+    return {k: "****" if _SECRET.search(k) else _URI_PASSWORD.sub(r"\1****\3", str(v)) for k, v in properties.items()}
 
 
 @dataclass(frozen=True)
@@ -163,9 +161,7 @@ def parse_options(options: Mapping[str, str], *, streaming: bool = False) -> Sin
     unknown = sorted(
         k
         for k in opts
-        if k not in _KNOWN
-        and k not in SPARK_PASSED
-        and not k.startswith((CATALOG_PREFIX, TABLE_PROPERTY_PREFIX))
+        if k not in _KNOWN and k not in SPARK_PASSED and not k.startswith((CATALOG_PREFIX, TABLE_PROPERTY_PREFIX))
     )
     if unknown:
         raise InvalidOptionsError(

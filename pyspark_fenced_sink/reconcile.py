@@ -221,8 +221,9 @@ def reconcile(
             if entry.writer in trial and not entry.ephemeral:  # keep a claim's epoch, not the batch
                 before = writers.get(entry.writer)
                 trial[entry.writer] = replace(trial[entry.writer], last_batch=before.last_batch if before else None)
-            outcome, detail = Outcome.SPEC_CHANGED, (
-                f"files were written with partition spec {entry.spec_id}; the table's spec is now {spec_id}"
+            outcome, detail = (
+                Outcome.SPEC_CHANGED,
+                (f"files were written with partition spec {entry.spec_id}; the table's spec is now {spec_id}"),
             )
         applies = outcome is Outcome.APPLIED and entry.kind is EntryKind.DATA
         if applies and entry.mode == "overwrite" and apply:

@@ -65,9 +65,7 @@ class CommittedState:
 
     def encode(self) -> str:
         """The value of the ``fencedlake.state`` property."""
-        writers = {
-            w: {k: v for k, v in vars(s).items() if v is not None} for w, s in sorted(self.writers.items())
-        }
+        writers = {w: {k: v for k, v in vars(s).items() if v is not None} for w, s in sorted(self.writers.items())}
         body = {"v": STATE_VERSION, "upper": self.upper, "expired_before": self.expired_before, "writers": writers}
         return json.dumps(body, separators=(",", ":"), sort_keys=True)
 

@@ -183,9 +183,7 @@ class Wal:
 
     put_attempts = 5
 
-    def __init__(
-        self, store: ObjectStore, *, label: str = "", sleep: Callable[[float], None] = time.sleep
-    ) -> None:
+    def __init__(self, store: ObjectStore, *, label: str = "", sleep: Callable[[float], None] = time.sleep) -> None:
         self.store = store
         self.label = label or repr(store)
         self.sleep = sleep

@@ -62,13 +62,17 @@ def task_messages(
     for t in range(tasks):
         part = data.slice(t * step, step)
         result = write_task(p.spec, iter(part.to_batches()), TaskInfo(t, t, batch))
-        out.append(FencedLakeCommitMessage(files=result.files, rows=result.rows, bytes=result.bytes, task=t,
-                                           run=run or None, query=query or None))
+        out.append(
+            FencedLakeCommitMessage(
+                files=result.files, rows=result.rows, bytes=result.bytes, task=t, run=run or None, query=query or None
+            )
+        )
     return out
 
 
-def stream_batch(warehouse: str, table: str, writer: str, batch: int, data: pa.Table, *, run: str, query: str,
-                 **options: Any) -> Any:
+def stream_batch(
+    warehouse: str, table: str, writer: str, batch: int, data: pa.Table, *, run: str, query: str, **options: Any
+) -> Any:
     """Micro-batch ``batch`` of a streaming run, as Spark's planning side, executors and commit worker do it."""
     opts = {"warehouse": warehouse, "table": table, "writer.id": writer, **options}
     p = plan_write(opts, SCHEMA, False, streaming=True)
@@ -102,10 +106,21 @@ def table_ids(warehouse: str, table: str) -> list[int]:
 
 
 def _result_json(result: Any, **extra: Any) -> str:
-    return json.dumps({"ok": True, **extra, "outcome": result.outcome.name, "seq": result.seq, "group": result.group,
-                       "conflicts": result.conflicts, "attempts": result.attempts, "by_peer": result.by_peer,
-                       "helped": result.helped, "latency_ms": result.latency_ms,
-                       "catalog_commits": result.catalog_commits})
+    return json.dumps(
+        {
+            "ok": True,
+            **extra,
+            "outcome": result.outcome.name,
+            "seq": result.seq,
+            "group": result.group,
+            "conflicts": result.conflicts,
+            "attempts": result.attempts,
+            "by_peer": result.by_peer,
+            "helped": result.helped,
+            "latency_ms": result.latency_ms,
+            "catalog_commits": result.catalog_commits,
+        }
+    )
 
 
 def _wait_for_start() -> None:

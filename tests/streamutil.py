@@ -146,8 +146,10 @@ def main(argv: Sequence[str]) -> int:
         query.stop()
     if error is not None:
         text = error_text(error)
-        kind = next((k for k in ("FencedWriterError", "WriteRejectedError", "CommitOutcomeUnknownError") if k in text),
-                    type(error).__name__)
+        kind = next(
+            (k for k in ("FencedWriterError", "WriteRejectedError", "CommitOutcomeUnknownError") if k in text),
+            type(error).__name__,
+        )
         print(json.dumps({"ok": False, "error": kind, "message": text[-4000:]}), flush=True)
         return 3
     print(json.dumps({"ok": True, "batches": len(query.recentProgress)}), flush=True)

@@ -82,8 +82,7 @@ def check_table(table: Any, wal: Wal, exists: Callable[[str], bool], *, truncate
         if entry is not None:
             entries[seq] = entry
     applied_overwrites = (s for s, e in entries.items() if e.mode == "overwrite" and outcome.get(s, ("", ""))[1] == "A")
-    overwritten_after = max(applied_overwrites,
-                            default=-1)
+    overwritten_after = max(applied_overwrites, default=-1)
     for seq, entry in sorted(entries.items()):
         if seq >= state.upper:
             continue

@@ -136,8 +136,9 @@ def test_gc_grace_keeps_young_files(wh: str, capsys: pytest.CaptureFixture[str])
 
 
 def test_gc_expires_snapshots_but_keeps_the_committed_state(wh: str, capsys: pytest.CaptureFixture[str]) -> None:
-    code, body, _ = _run(capsys, "gc", TABLE, "--warehouse", wh, "--json", "--expire-snapshots-older-than", "0s",
-                         "--retain-last", "1")
+    code, body, _ = _run(
+        capsys, "gc", TABLE, "--warehouse", wh, "--json", "--expire-snapshots-older-than", "0s", "--retain-last", "1"
+    )
     assert code == 0 and len(body["snapshots_expired"]) == 1
     out = sink_write(wh, TABLE, rows("b", 10, 10), writer_id="etl", writer_batch_id=4)
     assert out.outcome.name == "DUPLICATE"  # the writer state survived the expiry
@@ -179,9 +180,19 @@ def test_corrupt_wal_entry_names_the_object(wh: str, capsys: pytest.CaptureFixtu
 @pytest.mark.parametrize("command", ["status", "wal", "recover", "gc", "fence"])
 def test_help_says_what_each_command_does(command: str) -> None:
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
-    out = subprocess.run([sys.executable, "-m", "pyspark_fenced_sink.cli", command, "--help"], env=env,
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-m", "pyspark_fenced_sink.cli", command, "--help"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert "--catalog" in out and "--json" in out and "table" in out
-    words = {"status": "committed upper", "wal": "WAL entries", "recover": "pending WAL entry", "gc": "orphan",
-             "fence": "fence barrier"}
+    words = {
+        "status": "committed upper",
+        "wal": "WAL entries",
+        "recover": "pending WAL entry",
+        "gc": "orphan",
+        "fence": "fence barrier",
+    }
     assert words[command] in " ".join(out.split())

@@ -67,7 +67,10 @@ def _ctx(
     table: MemoryTable, store: MemoryStore, port: MemoryTablePort, clock: Clock, max_wait_s: float
 ) -> CommitContext:
     return CommitContext(
-        port=port, wal=Wal(store, label="t", sleep=clock.sleep), max_wait_s=max_wait_s, sleep=clock.sleep,
+        port=port,
+        wal=Wal(store, label="t", sleep=clock.sleep),
+        max_wait_s=max_wait_s,
+        sleep=clock.sleep,
         now=clock.now,
     )
 

@@ -42,7 +42,12 @@ def _victim(wh: str, point: str, action: str, **options: Any) -> subprocess.Comp
     env.pop("FENCEDLAKE_FAILPOINTS", None)
     return subprocess.run(
         [sys.executable, "-m", "tests.sinkutil", wh, TABLE, "victim", "1000", "50", json.dumps(opts)],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=False,
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
 
 

@@ -59,8 +59,9 @@ def _run(args: list[str], failpoint: str | None = None) -> tuple[int, list[dict[
     env.pop("FENCEDLAKE_FAILPOINTS", None)
     if failpoint:
         env["FENCEDLAKE_FAILPOINTS"] = f"{failpoint}=crash"
-    proc = subprocess.run([sys.executable, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
-                          check=False)
+    proc = subprocess.run(
+        [sys.executable, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False
+    )
     assert proc.returncode in (0, 86), proc.stderr[-3000:]
     lines = proc.stdout.splitlines() if args[1] == "tests.sinkutil" else []
     return proc.returncode, [json.loads(line) for line in lines if line.startswith("{")]
@@ -87,8 +88,9 @@ class Lanes:
             while True:
                 opts = json.dumps({"writer.id": writer, "writer.batch-id": batch})
                 point = self._kill() if time.monotonic() < self.deadline else None
-                code, out = _run(["-m", "tests.sinkutil", self.wh, TABLE, writer, str(base + batch * ROWS),
-                                  str(ROWS), opts], point)
+                code, out = _run(
+                    ["-m", "tests.sinkutil", self.wh, TABLE, writer, str(base + batch * ROWS), str(ROWS), opts], point
+                )
                 if code == 0:
                     break
                 with self.lock:
@@ -108,8 +110,22 @@ class Lanes:
         while clean_runs == 0:
             point = self._kill() if time.monotonic() < self.deadline else None
             clean_runs += time.monotonic() >= self.deadline
-            code, out = _run(["-m", "tests.sinkutil", "--stream", self.wh, TABLE, writer, str(base), str(ROWS), "{}",
-                              str(checkpoint + 1), "3" if point else "1"], point)
+            code, out = _run(
+                [
+                    "-m",
+                    "tests.sinkutil",
+                    "--stream",
+                    self.wh,
+                    TABLE,
+                    writer,
+                    str(base),
+                    str(ROWS),
+                    "{}",
+                    str(checkpoint + 1),
+                    "3" if point else "1",
+                ],
+                point,
+            )
             for line in out:
                 if not line["ok"]:
                     self.errors.append(f"{writer}: {line}")
@@ -140,8 +156,9 @@ class Lanes:
         while time.monotonic() < self.deadline:
             with self.lock:
                 point = self.rng.choice(GC_KILL_POINTS) if self.rng.random() < 0.2 else None
-            code, _ = _run(["-m", "pyspark_fenced_sink.cli", "gc", TABLE, "--warehouse", self.wh, "--grace", "0s",
-                            "--json"], point)
+            code, _ = _run(
+                ["-m", "pyspark_fenced_sink.cli", "gc", TABLE, "--warehouse", self.wh, "--grace", "0s", "--json"], point
+            )
             with self.lock:
                 self.kills += code == 86
 
@@ -158,6 +175,7 @@ def test_gc_loop_with_writers_and_kills_loses_and_duplicates_nothing(tmp_path: P
     wh = str(tmp_path)
     sink_write(wh, TABLE, rows("seed", 0, 1))
     lanes = Lanes(wh, time.monotonic() + SECONDS, random.Random(7))
+
     def guarded(fn: Any, *args: Any) -> threading.Thread:
         def body() -> None:
             try:
@@ -187,8 +205,13 @@ def test_gc_loop_with_writers_and_kills_loses_and_duplicates_nothing(tmp_path: P
     assert check_table(table, ctx.wal, exists, truncated=True) == []
     # Bounded: one more commit, then gc leaves no WAL entry below the upper and no orphan file.
     sink_write(wh, TABLE, rows("last", 99_999_999, 1))
-    subprocess.run([sys.executable, "-m", "pyspark_fenced_sink.cli", "gc", TABLE, "--warehouse", wh, "--grace", "0s"],
-                   cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, check=True, capture_output=True)
+    subprocess.run(
+        [sys.executable, "-m", "pyspark_fenced_sink.cli", "gc", TABLE, "--warehouse", wh, "--grace", "0s"],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        check=True,
+        capture_output=True,
+    )
     upper = ctx.port.load().state.upper
     assert [s for s in ctx.wal.scan(0) if s < upper] == []
     assert _unreferenced(wh) == []

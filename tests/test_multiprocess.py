@@ -38,7 +38,11 @@ def _spawn(wh: str, i: int, start_file: Path) -> subprocess.Popen[str]:
     args = [wh, TABLE, f"p{i}", str(i * 10_000), str(ROWS), json.dumps(opts), str(WRITES)]
     return subprocess.Popen(
         [sys.executable, "-m", "tests.sinkutil", *args],
-        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
 
 
@@ -67,8 +71,10 @@ def test_many_processes_commit_every_row_exactly_once(tmp_path: Path) -> None:
     assert check_table(table, ctx.wal, lambda p: Path(p.removeprefix("file://")).exists()) == []
     catalog_commits = sum(r["catalog_commits"] for r in results)
     factor = len(results) / max(1, catalog_commits)
-    print(f"{len(results)} writes, {catalog_commits} catalog commits: group-commit factor {factor:.2f}, "
-          f"conflicts {sum(r['conflicts'] for r in results)}, by peer {sum(r['by_peer'] for r in results)}")
+    print(
+        f"{len(results)} writes, {catalog_commits} catalog commits: group-commit factor {factor:.2f}, "
+        f"conflicts {sum(r['conflicts'] for r in results)}, by peer {sum(r['by_peer'] for r in results)}"
+    )
     # Every write was decided by exactly one commit: its own or a peer's.
     assert catalog_commits + sum(r["by_peer"] for r in results) >= len(results)
     assert catalog_commits <= len(results)

@@ -82,8 +82,15 @@ def test_nulls_at_every_level() -> None:
     row = Row(id=None, ts=None, wall=None, day=None, amount=None, inner=Row(at=None, tags=None), attrs=None)
     (batch,) = rows_to_batches(iter([row]), SCHEMA)
     assert batch.to_pylist() == [
-        {"id": None, "ts": None, "wall": None, "day": None, "amount": None, "inner": {"at": None, "tags": None},
-         "attrs": None}
+        {
+            "id": None,
+            "ts": None,
+            "wall": None,
+            "day": None,
+            "amount": None,
+            "inner": {"at": None, "tags": None},
+            "attrs": None,
+        }
     ]
 
 

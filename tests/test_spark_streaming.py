@@ -179,7 +179,12 @@ def _driver(args: list[str], out: Path, **env: str) -> subprocess.Popen[str]:
     full_env.pop("FENCEDLAKE_FAILPOINTS", None)
     return subprocess.Popen(
         [sys.executable, "-m", "tests.streamutil", *args],
-        cwd=ROOT, env=full_env, stdout=out.open("w"), stderr=subprocess.STDOUT, text=True, start_new_session=True,
+        cwd=ROOT,
+        env=full_env,
+        stdout=out.open("w"),
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
     )
 
 
@@ -204,8 +209,9 @@ def _last_json(out: Path) -> dict[str, Any]:
 def test_missing_writer_id_fails_the_query_with_the_reason(spark: Any, env: dict[str, str]) -> None:
     """No writer.id: the query stops at its first batch with a message saying why it is needed; nothing written."""
     write_input(env["inp"], "f0", ids(0, 3))
-    query = start_query(spark, input_dir=env["inp"], checkpoint=env["chk"], warehouse=env["wh"], table="db.noid",
-                        writer_id=None)
+    query = start_query(
+        spark, input_dir=env["inp"], checkpoint=env["chk"], warehouse=env["wh"], table="db.noid", writer_id=None
+    )
     text = run_expecting_failure(query)
     assert "InvalidOptionsError" in text
     assert "writer.id is required for streaming" in text
@@ -216,8 +222,15 @@ def test_missing_writer_id_fails_the_query_with_the_reason(spark: Any, env: dict
 def test_update_mode_is_refused_by_spark(spark: Any, env: dict[str, str]) -> None:
     """outputMode("update") fails with Spark's own "does not support Update mode"; the table is never created."""
     write_input(env["inp"], "f0", ids(0, 3))
-    query = start_query(spark, input_dir=env["inp"], checkpoint=env["chk"], warehouse=env["wh"], table="db.upd",
-                        writer_id="upd", mode="update")
+    query = start_query(
+        spark,
+        input_dir=env["inp"],
+        checkpoint=env["chk"],
+        warehouse=env["wh"],
+        table="db.upd",
+        writer_id="upd",
+        mode="update",
+    )
     text = run_expecting_failure(query)
     assert "fencedlake does not support Update mode" in text
     assert not embedded_catalog(env["wh"]).table_exists("db.upd")
@@ -229,8 +242,9 @@ def test_start_path_and_table_option_with_batch_options(spark: Any, env: dict[st
     for n in range(3):
         write_input(inp, f"f{n}", ids(10 * n, 4))
     opts = {"partition-by": "bucket(4, id)", "table.owner": "streaming-test", "create-table": "true"}
-    query = start_query(spark, input_dir=inp, checkpoint=env["chk"], warehouse=wh, table="db.by_path",
-                        writer_id="by-path", options=opts)
+    query = start_query(
+        spark, input_dir=inp, checkpoint=env["chk"], warehouse=wh, table="db.by_path", writer_id="by-path", options=opts
+    )
     run_to_end(query)
     assert_exact(wh, "db.by_path", input_ids(inp))
     t = _table(wh, "db.by_path")
@@ -240,13 +254,27 @@ def test_start_path_and_table_option_with_batch_options(spark: Any, env: dict[st
     assert state is not None and state.last_batch == 2 and state.run == str(query.runId)
     assert state.query == str(query.id)
 
-    query = start_query(spark, input_dir=inp, checkpoint=env["chk"] + "-b", warehouse=wh, table="db.by_option",
-                        writer_id="by-option", table_option=True)
+    query = start_query(
+        spark,
+        input_dir=inp,
+        checkpoint=env["chk"] + "-b",
+        warehouse=wh,
+        table="db.by_option",
+        writer_id="by-option",
+        table_option=True,
+    )
     run_to_end(query)
     assert_exact(wh, "db.by_option", input_ids(inp))
 
-    query = start_query(spark, input_dir=inp, checkpoint=env["chk"] + "-c", warehouse=wh, table="db.absent",
-                        writer_id="absent", options={"create-table": "false"})
+    query = start_query(
+        spark,
+        input_dir=inp,
+        checkpoint=env["chk"] + "-c",
+        warehouse=wh,
+        table="db.absent",
+        writer_id="absent",
+        options={"create-table": "false"},
+    )
     text = run_expecting_failure(query)
     assert "db.absent" in text
     assert not embedded_catalog(wh).table_exists("db.absent")
@@ -256,10 +284,12 @@ def test_writer_id_of_another_checkpoint_is_rejected(spark: Any, env: dict[str, 
     """A second query (new checkpoint) reusing a writer.id is rejected, not deduplicated against the first."""
     wh, inp = env["wh"], env["inp"]
     write_input(inp, "f0", ids(0, 5))
-    run_to_end(start_query(spark, input_dir=inp, checkpoint=env["chk"], warehouse=wh, table="db.owned",
-                           writer_id="owned"))
-    query = start_query(spark, input_dir=inp, checkpoint=env["chk"] + "-other", warehouse=wh, table="db.owned",
-                        writer_id="owned")
+    run_to_end(
+        start_query(spark, input_dir=inp, checkpoint=env["chk"], warehouse=wh, table="db.owned", writer_id="owned")
+    )
+    query = start_query(
+        spark, input_dir=inp, checkpoint=env["chk"] + "-other", warehouse=wh, table="db.owned", writer_id="owned"
+    )
     text = run_expecting_failure(query)
     assert "WriteRejectedError" in text and "belongs to streaming query" in text
     assert_exact(wh, "db.owned", ids(0, 5))
@@ -272,8 +302,18 @@ def test_many_restarts_with_replayed_batches_equal_the_source(spark: Any, env: d
     """Seven runs on one checkpoint; two replay a batch the sink committed after a failure past the catalog
     commit, one after its commits/ file was deleted: the table always equals the input, replays are duplicates."""
     wh, inp, chk, table = env["wh"], env["inp"], env["chk"], "db.restarts"
-    start = lambda **kw: start_query(spark, input_dir=inp, checkpoint=chk, warehouse=wh, table=table,  # noqa: E731
-                                     writer_id="orders-ingest", **kw)
+
+    def start(**kw: Any) -> Any:
+        return start_query(
+            spark,
+            input_dir=inp,
+            checkpoint=chk,
+            warehouse=wh,
+            table=table,
+            writer_id="orders-ingest",
+            **kw,
+        )
+
     next_id = 0
     runs: list[str] = []
 
@@ -319,8 +359,15 @@ def test_processing_time_trigger_across_restarts(spark: Any, env: dict[str, str]
     wh, inp, chk, table = env["wh"], env["inp"], env["chk"], "db.ticking"
     expected: list[int] = []
     for run in range(2):
-        query = start_query(spark, input_dir=inp, checkpoint=chk, warehouse=wh, table=table, writer_id="ticker",
-                            trigger="processing:200")
+        query = start_query(
+            spark,
+            input_dir=inp,
+            checkpoint=chk,
+            warehouse=wh,
+            table=table,
+            writer_id="ticker",
+            trigger="processing:200",
+        )
         try:
             for n in range(3):
                 write_input(inp, f"r{run}-f{n}", ids(1000 * run + 10 * n, 5))
@@ -362,8 +409,17 @@ def test_complete_mode_table_holds_exactly_the_latest_result(spark: Any, env: di
         assert len(rows) == len({r["k"] for r in rows}), f"duplicate keys: {rows}"
         return dict(sorted((r["k"], r["count"]) for r in rows))
 
-    start = lambda: start_query(spark, input_dir=inp, checkpoint=chk, warehouse=wh, table=table,  # noqa: E731
-                                writer_id="counter", mode="complete")
+    def start() -> Any:
+        return start_query(
+            spark,
+            input_dir=inp,
+            checkpoint=chk,
+            warehouse=wh,
+            table=table,
+            writer_id="counter",
+            mode="complete",
+        )
+
     write_input(inp, "f0", [])
     write_input(inp, "f1", ids(0, 4))
     write_input(inp, "f2", ids(10, 5))
@@ -400,12 +456,20 @@ def _snapshot_operations(wh: str, table: str) -> list[tuple[str, list[str]]]:
 def test_two_queries_and_a_batch_job_write_one_table_at_once(spark: Any, env: dict[str, str]) -> None:
     """Two streaming queries (different writer.ids) and batch appends run together: every row lands once."""
     wh, table = env["wh"], "db.shared"
-    spark.createDataFrame([(-1, "seed")], "id long, k string").write.format("fencedlake").mode("append") \
-        .option("warehouse", wh).save(table)
+    spark.createDataFrame([(-1, "seed")], "id long, k string").write.format("fencedlake").mode("append").option(
+        "warehouse", wh
+    ).save(table)
     inputs = [env["inp"] + "-s1", env["inp"] + "-s2"]
     queries = [
-        start_query(spark, input_dir=inp, checkpoint=f"{env['chk']}-{n}", warehouse=wh, table=table,
-                    writer_id=f"stream-{n}", trigger="processing:100")
+        start_query(
+            spark,
+            input_dir=inp,
+            checkpoint=f"{env['chk']}-{n}",
+            warehouse=wh,
+            table=table,
+            writer_id=f"stream-{n}",
+            trigger="processing:100",
+        )
         for n, inp in enumerate(inputs)
     ]
     expected = [-1]
@@ -415,8 +479,9 @@ def test_two_queries_and_a_batch_job_write_one_table_at_once(spark: Any, env: di
         try:
             for n in range(4):
                 rows = [(50_000 + 10 * n + i, "batch") for i in range(3)]
-                spark.createDataFrame(rows, "id long, k string").write.format("fencedlake").mode("append") \
-                    .option("warehouse", wh).save(table)
+                spark.createDataFrame(rows, "id long, k string").write.format("fencedlake").mode("append").option(
+                    "warehouse", wh
+                ).save(table)
         except BaseException as e:  # noqa: BLE001 - re-raised in the test thread
             errors.append(e)
 
@@ -449,19 +514,49 @@ def test_zombie_incarnation_is_fenced_and_lands_nothing_after_the_fence(spark: A
     write_input(inp, "f0", ids(0, 5))
     out = Path(env["chk"] + "-old.out")
     # The old incarnation: its own driver and JVM, a 3 s pause before each WAL put (a slow zombie).
-    old = _driver(["--input", inp, "--checkpoint", env["chk"], "--warehouse", wh, "--table", table,
-                   "--writer", writer, "--trigger", "processing:200", "--timeout", "240",
-                   "--failpoints", "commit.before-wal-put=sleep:3000"], out)
+    old = _driver(
+        [
+            "--input",
+            inp,
+            "--checkpoint",
+            env["chk"],
+            "--warehouse",
+            wh,
+            "--table",
+            table,
+            "--writer",
+            writer,
+            "--trigger",
+            "processing:200",
+            "--timeout",
+            "240",
+            "--failpoints",
+            "commit.before-wal-put=sleep:3000",
+        ],
+        out,
+    )
     new = None
     try:
-        wait_until(lambda: old.poll() is not None or (embedded_catalog(wh).table_exists(table)
-                                                      and ids_of(wh, table) == ids(0, 5)), 180, "batch 0 of the old")
+        wait_until(
+            lambda: (
+                old.poll() is not None or (embedded_catalog(wh).table_exists(table) and ids_of(wh, table) == ids(0, 5))
+            ),
+            180,
+            "batch 0 of the old",
+        )
         assert old.poll() is None, out.read_text()[-3000:]
         old_run = writer_state(wh, table, writer).run  # type: ignore[union-attr]
         # The new incarnation resumes a copy of the checkpoint (same query id): no Spark-level conflict, only ours.
         shutil.copytree(env["chk"], env["chk"] + "-new")
-        new = start_query(spark, input_dir=inp, checkpoint=env["chk"] + "-new", warehouse=wh, table=table,
-                          writer_id=writer, trigger="processing:200")
+        new = start_query(
+            spark,
+            input_dir=inp,
+            checkpoint=env["chk"] + "-new",
+            warehouse=wh,
+            table=table,
+            writer_id=writer,
+            trigger="processing:200",
+        )
         write_input(inp, "f1", ids(100, 5))
         wait_until(lambda: writer_state(wh, table, writer).run == str(new.runId), 120, "the new run's claim")
         write_input(inp, "f2", ids(200, 5))
@@ -504,9 +599,26 @@ def test_application_killed_at_failpoint_then_restart_is_exactly_once(
     write_input(inp, "f1", ids(100, 5))
     nth = "" if point.startswith("executor") else "@2"  # commits: the run's second (a non-claiming entry)
     out = tmp_path / "victim.out"
-    victim = _driver(["--input", inp, "--checkpoint", chk, "--warehouse", wh, "--table", table, "--writer", writer,
-                      "--failpoints", f"{point}=pause{nth}", "--timeout", "200"], out,
-                     FENCEDLAKE_FAILPOINT_DIR=str(tmp_path))
+    victim = _driver(
+        [
+            "--input",
+            inp,
+            "--checkpoint",
+            chk,
+            "--warehouse",
+            wh,
+            "--table",
+            table,
+            "--writer",
+            writer,
+            "--failpoints",
+            f"{point}=pause{nth}",
+            "--timeout",
+            "200",
+        ],
+        out,
+        FENCEDLAKE_FAILPOINT_DIR=str(tmp_path),
+    )
     marker = tmp_path / f"{point}.hit"
     try:
         wait_until(lambda: marker.exists() or victim.poll() is not None, 200, f"the victim to pause at {point}")
@@ -533,15 +645,27 @@ def test_application_killed_at_failpoint_then_restart_is_exactly_once(
     assert writer_state(wh, table, writer).run == str(query.runId)  # type: ignore[union-attr]
 
 
-@pytest.mark.parametrize("point", ["executor.after-file-written", "commit.after-wal-put",
-                                   "commit.after-manifests-written"])
-def test_python_worker_crash_at_failpoint_then_restart_is_exactly_once(spark: Any, env: dict[str, str],
-                                                                        point: str) -> None:
+@pytest.mark.parametrize(
+    "point", ["executor.after-file-written", "commit.after-wal-put", "commit.after-manifests-written"]
+)
+def test_python_worker_crash_at_failpoint_then_restart_is_exactly_once(
+    spark: Any, env: dict[str, str], point: str
+) -> None:
     """The Python worker running ``point`` dies (``os._exit``): Spark fails the task, or fails the commit and
     calls ``abort()`` (which must keep files a durable entry names); the restart lands every row once."""
     wh, inp, chk, table, writer = env["wh"], env["inp"], env["chk"], "db.crashed", "crashy"
-    start = lambda **kw: start_query(spark, input_dir=inp, checkpoint=chk, warehouse=wh, table=table,  # noqa: E731
-                                     writer_id=writer, **kw)
+
+    def start(**kw: Any) -> Any:
+        return start_query(
+            spark,
+            input_dir=inp,
+            checkpoint=chk,
+            warehouse=wh,
+            table=table,
+            writer_id=writer,
+            **kw,
+        )
+
     write_input(inp, "f0", ids(0, 5))
     run_to_end(start())
     write_input(inp, "f1", ids(100, 5))

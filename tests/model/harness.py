@@ -321,8 +321,9 @@ def coverage(env: Env) -> Counter[str]:
     c["fenced errors"] += sum(isinstance(w.error, FencedWriterError) for w in env.writes)
     c["applied by a peer's commit"] += sum(w.by_peer and w.outcome is Outcome.APPLIED for w in env.writes)
     c["multi-entry commits"] += sum(1 for _, r in env.table.records if len(r.outcomes) > 1)
-    c["overwrites applied"] += sum(1 for w in env.writes if w.entry is not None and w.entry.mode == "overwrite"
-                                   and w.outcome is Outcome.APPLIED)
+    c["overwrites applied"] += sum(
+        1 for w in env.writes if w.entry is not None and w.entry.mode == "overwrite" and w.outcome is Outcome.APPLIED
+    )
     c["stale commit conflicts"] += sum(int(r.metrics.get("conf", 0)) for _, r in env.table.records)
     c["ambiguous puts injected"] += env.injected["put"]
     c["unknown commits injected"] += env.injected["commit"]
@@ -449,8 +450,13 @@ def _check_duplicate(
     for s, (tok, o) in outcome_at.items():
         e = by_token.get(tok)
         if (
-            o is Outcome.APPLIED and e is not None and e.writer == w.entry.writer and e.batch is not None
-            and w.entry.batch is not None and e.batch >= w.entry.batch and (mine is None or s < mine)
+            o is Outcome.APPLIED
+            and e is not None
+            and e.writer == w.entry.writer
+            and e.batch is not None
+            and w.entry.batch is not None
+            and e.batch >= w.entry.batch
+            and (mine is None or s < mine)
         ):
             return []
     return [f"I1: {w.proc} reported DUPLICATE for batch {w.entry.batch} but no batch >= it was applied before"]
@@ -470,7 +476,6 @@ def _check_fencing(outcome_at: Mapping[int, tuple[str, Outcome]], by_token: Mapp
             continue
         if outcome is Outcome.APPLIED and entry.epoch is not None and opened.get(entry.writer, -1) > entry.epoch:
             v.append(
-                f"I4: {entry.writer} epoch {entry.epoch} applied at seq {seq} after epoch "
-                f"{opened[entry.writer]} opened"
+                f"I4: {entry.writer} epoch {entry.epoch} applied at seq {seq} after epoch {opened[entry.writer]} opened"
             )
     return v
