@@ -16,6 +16,13 @@ For each size (``--full``: 1M and 10M rows), one cached DataFrame
   (:mod:`benchmarks.noop_sink`) — what any Python sink pays for Spark's
   JVM -> Arrow -> Python worker transport, whatever it does with the rows.
 
+The session is set up as the README tells users to:
+:func:`pyspark_fenced_sink.tune_session` turns off Spark's per-row Arrow batch
+size check (``spark.sql.execution.arrow.maxBytesPerBatch=2147483647``; native
+writers do not use Arrow and are unaffected). ``fencedlake, Spark defaults``
+and ``python no-op, Spark defaults`` run with Spark's default instead (64 MiB,
+:func:`spark_defaults`), to show what the setting is worth.
+
 Every write is verified (rows in the Parquet footers; ``added-records`` of the
 new Iceberg snapshot; the no-op's own count). Each write's wall time is split,
 from Spark's REST API (job submission and completion times), into: before
@@ -26,6 +33,7 @@ after the job (the commit: Spark's output committer, or fencedlake's
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -33,7 +41,7 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -42,15 +50,20 @@ import pyarrow.parquet as pq
 
 from benchmarks.common import BenchmarkError, SuiteResult, interleaved, median, paired_ratios
 from benchmarks.data import spark_frame
+from pyspark_fenced_sink.tuning import ARROW_MAX_BYTES_PER_BATCH, SPARK_DEFAULT_BATCH_BYTES
 
-__all__ = ["TARGET_RATIO", "run", "spark_session"]
+__all__ = ["TARGET_RATIO", "run", "spark_defaults", "spark_session"]
 
 ROOT = Path(__file__).resolve().parents[1]
 TARGET_RATIO = 0.9  # issue 6.1: fencedlake unpartitioned >= 0.9x native
 
 
-def spark_session(driver_memory: str = "4g", conf: Mapping[str, str] | None = None) -> Any:
-    """A local[2] session whose Python workers run this interpreter with the repo importable."""
+def spark_session(driver_memory: str = "4g", conf: Mapping[str, str] | None = None, *, tuned: bool = True) -> Any:
+    """A local[2] session whose Python workers run this interpreter with the repo importable.
+
+    ``tuned``: apply :func:`pyspark_fenced_sink.tune_session`, as the README tells users to
+    (``conf`` is applied first, so an explicit ``spark.sql.execution.arrow.maxBytesPerBatch`` wins).
+    """
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     paths = [str(ROOT), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
@@ -69,7 +82,25 @@ def spark_session(driver_memory: str = "4g", conf: Mapping[str, str] | None = No
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
+    if tuned:
+        from pyspark_fenced_sink import tune_session
+
+        tune_session(spark)
     return spark
+
+
+@contextlib.contextmanager
+def spark_defaults(spark: Any) -> Iterator[None]:
+    """Run the block with Spark's default Arrow batch byte bound (undoing :func:`tune_session`)."""
+    before = spark.conf.get(ARROW_MAX_BYTES_PER_BATCH, None)
+    spark.conf.set(ARROW_MAX_BYTES_PER_BATCH, str(SPARK_DEFAULT_BATCH_BYTES))
+    try:
+        yield
+    finally:
+        if before is None:
+            spark.conf.unset(ARROW_MAX_BYTES_PER_BATCH)
+        else:
+            spark.conf.set(ARROW_MAX_BYTES_PER_BATCH, before)
 
 
 class _Jobs:
@@ -109,7 +140,10 @@ BASELINES = {
     "collect+pyiceberg": "native",
     "collect+pyiceberg day(ts)": "native day",
     "python no-op": "native",
+    "fencedlake, Spark defaults": "native",
+    "python no-op, Spark defaults": "native",
 }
+DEFAULTS = ", Spark defaults"  # suffix of the writers run without tune_session's setting
 
 
 def run(
@@ -144,6 +178,7 @@ def run(
     spark = spark or spark_session(conf=spark_conf)
     spark.dataSource.register(NoopDataSource)
     per_size: dict[int, tuple[list[str], dict[str, list[float]], dict[str, dict[str, list[float]]]]] = {}
+    tuned_value = spark.conf.get(ARROW_MAX_BYTES_PER_BATCH, None)
     try:
         for n in sizes:
             log(f"  {n:,} rows")
@@ -205,6 +240,9 @@ def run(
         "driver + pyiceberg table.append (its 'after job' is the whole pyiceberg write and commit).",
         "before/job/after: wall time before Spark's job starts (query planning; fencedlake plan_write), the "
         "job itself (executors), after it ends (output commit; fencedlake commit_files), from Spark's REST API.",
+        f"The session ran with {ARROW_MAX_BYTES_PER_BATCH}={tuned_value} (pyspark_fenced_sink.tune_session, as the "
+        f"README advises); the '{DEFAULTS.strip(', ')}' writers ran with Spark's default "
+        f"({SPARK_DEFAULT_BATCH_BYTES // 2**20} MiB), which makes Spark check each Arrow batch's size after every row.",
     ]
     for n, (_names, _samples, size_stats) in per_size.items():
         prof: Any = size_stats.get("_profile")
@@ -315,11 +353,15 @@ def _one_size(
 
                 return fn
 
-            def fenced(partitioned: bool, props: Mapping[str, str] | None = None) -> Callable[[int], float]:
+            def fenced(
+                partitioned: bool, props: Mapping[str, str] | None = None, defaults: bool = False
+            ) -> Callable[[int], float]:
                 name = "fencedlake day(ts)" if partitioned else "fencedlake"
                 table = "bench.tp_day" if partitioned else "bench.tp_flat"
                 if props:
                     name, table = f"fencedlake {_props_label(props)}", "bench.tp_props"
+                if defaults:
+                    name, table = name + DEFAULTS, table + "_defaults"
 
                 def fn(rep: int) -> float:
                     writer = frame.write.format("fencedlake").mode("append").option("warehouse", wh)
@@ -328,7 +370,8 @@ def _one_size(
                     for key, value in (props or {}).items():
                         writer = writer.option(f"table.{key}", value)
                     before = _snapshot_id(catalog, table)
-                    t0, t1 = timed(name, rep, lambda: writer.save(table))
+                    with spark_defaults(spark) if defaults else contextlib.nullcontext():
+                        t0, t1 = timed(name, rep, lambda: writer.save(table))
                     check_snapshot(name, table, before)
                     return t1 - t0
 
@@ -347,21 +390,29 @@ def _one_size(
 
                 return fn
 
-            def noop(rep: int) -> float:
-                marker = Path(tmp) / f"noop-{rep}.json"
-                writer = frame.write.format("fencedlake_bench_noop").mode("append").option("marker", str(marker))
-                t0, t1 = timed("python no-op", rep, lambda: writer.save())
-                seen = json.loads(marker.read_text())["rows"]
-                if seen != rows:
-                    raise BenchmarkError(f"python no-op: the writer saw {seen} rows, expected {rows}")
-                return t1 - t0
+            def noop(defaults: bool) -> Callable[[int], float]:
+                name = "python no-op" + (DEFAULTS if defaults else "")
+
+                def fn(rep: int) -> float:
+                    marker = Path(tmp) / f"noop-{rep}-{defaults}.json"
+                    writer = frame.write.format("fencedlake_bench_noop").mode("append").option("marker", str(marker))
+                    with spark_defaults(spark) if defaults else contextlib.nullcontext():
+                        t0, t1 = timed(name, rep, lambda: writer.save())
+                    seen = json.loads(marker.read_text())["rows"]
+                    if seen != rows:
+                        raise BenchmarkError(f"{name}: the writer saw {seen} rows, expected {rows}")
+                    return t1 - t0
+
+                return fn
 
             variants = [
                 ("native", native(False)),
                 ("fencedlake", fenced(False)),
                 ("native day", native(True)),
                 ("fencedlake day(ts)", fenced(True)),
-                ("python no-op", noop),
+                ("python no-op", noop(False)),
+                ("fencedlake" + DEFAULTS, fenced(False, defaults=True)),
+                ("python no-op" + DEFAULTS, noop(True)),
             ]
             if collect:
                 variants[4:4] = [

@@ -5,6 +5,9 @@ work with no registration: Spark imports top-level modules named
 ``pyspark_*`` and registers their ``DefaultSource``. This module stays light
 (no pyiceberg, no catalog code) because Spark imports it in every Python
 worker.
+
+For write throughput, call :func:`tune_session` on the driver's SparkSession
+once (see :mod:`pyspark_fenced_sink.tuning`).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from pyspark_fenced_sink.errors import (
     StoreError,
     WriteRejectedError,
 )
+from pyspark_fenced_sink.tuning import tune_session
 
 __version__ = "0.1.0"
 
@@ -37,4 +41,5 @@ __all__ = [
     "StoreError",
     "WriteRejectedError",
     "__version__",
+    "tune_session",
 ]

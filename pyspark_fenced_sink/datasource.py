@@ -23,6 +23,11 @@ class FencedLakeDataSource(DataSource):
 
     or explicitly: ``spark.dataSource.register(FencedLakeDataSource)``.
 
+    Throughput: call ``pyspark_fenced_sink.tune_session(spark)`` once on the driver
+    (or pass ``--conf spark.sql.execution.arrow.maxBytesPerBatch=2147483647``): with
+    Spark's default, Spark measures every Arrow batch after each row it adds, which
+    halves the write speed of any Python data source (see :mod:`pyspark_fenced_sink.tuning`).
+
     Options (defaults in brackets):
         table: ``namespace.table`` (or the ``save()`` path).
         catalog: a pyiceberg catalog name configured in ``.pyiceberg.yaml`` or

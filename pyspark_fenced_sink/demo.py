@@ -95,9 +95,10 @@ def _spark() -> Any:
     spark.sparkContext.setLogLevel("ERROR")
     # Installed packages named pyspark_* are registered automatically; registering explicitly
     # as well keeps the demo working from a plain (non-editable) checkout on sys.path.
-    from pyspark_fenced_sink import FencedLakeDataSource
+    from pyspark_fenced_sink import FencedLakeDataSource, tune_session
 
     spark.dataSource.register(FencedLakeDataSource)
+    tune_session(spark)  # the README's throughput setting (Spark's Arrow batch size check off)
     return spark
 
 
