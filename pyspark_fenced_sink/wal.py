@@ -158,7 +158,7 @@ def decode_entry(data: bytes, key: str = "?") -> WalEntry:
             batch=_opt_int(body.get("batch")),
             strict=bool(body.get("strict", False)),
             mode=mode,
-            files=tuple(body.get("files") or ()),
+            files=_file_tuple(body.get("files")),
             opened=int(body.get("opened", 0)),
             expire_before=_opt_int(body.get("expire_before")),
             created_ms=int(body.get("created_ms", 0)),
@@ -176,6 +176,15 @@ def decode_entry(data: bytes, key: str = "?") -> WalEntry:
 
 def _opt_int(value: Any) -> int | None:
     return None if value is None else int(value)
+
+
+def _file_tuple(value: Any) -> tuple[Mapping[str, Any], ...]:
+    """The ``files`` field: a JSON list of objects (encoded DataFiles), or absent; anything else is corrupt."""
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
+        raise ValueError(f"'files' must be a list of encoded data files, found {json.dumps(value)[:80]}")
+    return tuple(value)
 
 
 class Wal:

@@ -93,6 +93,9 @@ CORRUPT = {
     "bad-mode": b'{"v":1,"kind":"data","token":"t","writer":"w","mode":"merge"}',
     "bad-epoch": b'{"v":1,"kind":"data","token":"t","writer":"w","epoch":"seven"}',
     "bad-files": b'{"v":1,"kind":"data","token":"t","writer":"w","files":5}',
+    "files-a-string": b'{"v":1,"kind":"data","token":"t","writer":"w","files":"abc"}',
+    "files-not-objects": b'{"v":1,"kind":"data","token":"t","writer":"w","files":[{"p":"a"},5]}',
+    "files-an-object": b'{"v":1,"kind":"data","token":"t","writer":"w","files":{"p":"a"}}',
     "empty": b"",
 }
 
