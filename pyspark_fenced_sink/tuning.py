@@ -30,7 +30,7 @@ import logging
 import re
 from typing import Any
 
-__all__ = ["ARROW_MAX_BYTES_PER_BATCH", "UNBOUNDED_BATCH_BYTES", "tune_session"]
+__all__ = ["ARROW_MAX_BYTES_PER_BATCH", "SPARK_DEFAULT_BATCH_BYTES", "UNBOUNDED_BATCH_BYTES", "tune_session"]
 
 log = logging.getLogger(__name__)
 
@@ -55,8 +55,8 @@ def tune_session(spark: Any, *, force: bool = False) -> dict[str, str]:
     """Turn off Spark's per-row Arrow batch size check in ``spark`` (see the module docstring).
 
     Changes :data:`ARROW_MAX_BYTES_PER_BATCH` only while it holds Spark's default (64 MiB), so a
-    value the user chose is kept unless ``force`` is true. Works with classic and Spark Connect
-    sessions (``spark.conf``). Safe to call more than once.
+    value the user chose is kept unless ``force`` is true. Uses only ``spark.conf``, which Spark
+    Connect sessions have as well (tested with classic sessions). Safe to call more than once.
 
     Args:
         spark: the SparkSession that will run the writes.
