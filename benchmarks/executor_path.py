@@ -4,10 +4,12 @@ Times :func:`pyspark_fenced_sink.executor.write_task` on the benchmark rows
 (fed as Spark feeds a Python writer: 10k-row Arrow batches), unpartitioned and
 ``day(ts)``-partitioned, against the floor: pyarrow's own ``ParquetWriter``
 writing the same rows with the same settings (the table's codec, row-group
-size) in one call. Interleaved rounds, median; ratio = floor time / variant
-time. One extra profiled run (cProfile) of the unpartitioned write says where
-the executor's time goes. Files are written into the tables' data directories
-and never committed (they are deleted after each run).
+size) in one call, with pyarrow's default of a dictionary for every column
+(``write_task`` keeps one only where it pays: ``writeprops.dictionary_columns``).
+Interleaved rounds, median; ratio = floor time / variant time. One extra
+profiled run (cProfile) of the unpartitioned write says where the executor's
+time goes. Files are written into the tables' data directories and never
+committed (they are deleted after each run).
 """
 
 from __future__ import annotations
@@ -116,7 +118,8 @@ def run(*, rows: int, reps: int, workdir: str | None = None, log: Callable[[str]
     result.data["profile"] = profile
     result.notes.append(
         f"Floor: one pyarrow ParquetWriter.write_table of the same rows (codec {kwargs['compression']}, "
-        f"row groups of {row_group:,} rows); 'vs floor' = floor time / variant time, median of paired rounds."
+        f"row groups of {row_group:,} rows, pyarrow's default dictionary on every column); 'vs floor' = floor "
+        "time / variant time, median of paired rounds."
     )
     result.notes.append(
         "Profile of one unpartitioned write_task (cProfile, self time; profiling overhead inflates Python-level "

@@ -60,9 +60,16 @@ from pyspark_fenced_sink.arrowcast import conform_batch
 from pyspark_fenced_sink.datafiles import data_file_layout_version, encode_data_file
 from pyspark_fenced_sink.naming import FileTag
 from pyspark_fenced_sink.partitioning import column_index
-from pyspark_fenced_sink.writeprops import parquet_kwargs, size_property
+from pyspark_fenced_sink.writeprops import dictionary_columns, parquet_kwargs, size_property
 
-__all__ = ["BUFFER_BYTES_DEFAULT", "TaskInfo", "WriteResult", "WriteSpec", "task_info_from_spark", "write_task"]
+__all__ = [
+    "BUFFER_BYTES_DEFAULT",
+    "TaskInfo",
+    "WriteResult",
+    "WriteSpec",
+    "task_info_from_spark",
+    "write_task",
+]
 
 log = logging.getLogger(__name__)
 
@@ -337,8 +344,9 @@ class _TaskWriter:
 
     def _write_row_group(self, part: _Partition, rows: int) -> None:
         table = pa.Table.from_batches(part.pending, schema=self.layout.arrow_schema)
-        writer = part.writer if part.writer is not None else self._open(part)
-        writer.write_table(table.slice(0, rows), row_group_size=rows)
+        group = table.slice(0, rows)
+        writer = part.writer if part.writer is not None else self._open(part, group)
+        writer.write_table(group, row_group_size=rows)
         part.pending = table.slice(rows).to_batches() if rows < table.num_rows else []
         nbytes = sum(b.nbytes for b in part.pending)
         self.buffered -= part.nbytes - nbytes
@@ -346,12 +354,18 @@ class _TaskWriter:
         if part.stream.tell() >= self.layout.target_file_bytes:
             self._close_file(part)
 
-    def _open(self, part: _Partition) -> pq.ParquetWriter:
+    def _open(self, part: _Partition, first_group: pa.Table) -> pq.ParquetWriter:
         tag = dataclasses.replace(self.tag, nonce=secrets.token_hex(8))
         part.path = self.locations.new_data_location(tag.file_name(), part.key)
         part.stream = self.io.new_output(part.path).create(overwrite=False)
         self.created.append(part.path)
-        part.writer = pq.ParquetWriter(part.stream, schema=self.layout.arrow_schema, **self.layout.parquet_kwargs)
+        layout = self.layout
+        part.writer = pq.ParquetWriter(
+            part.stream,
+            schema=layout.arrow_schema,
+            use_dictionary=dictionary_columns(first_group, layout.id_mapping),
+            **layout.parquet_kwargs,
+        )
         return part.writer
 
     def _close_file(self, part: _Partition) -> None:

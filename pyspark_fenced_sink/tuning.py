@@ -8,7 +8,7 @@ struct-wrapped rows of a data source write that check walks every column's
 buffers and costs more than converting the row. Only the exact value
 ``2147483647`` (``Int.MaxValue``) turns the check off: measured on the
 benchmark frame (docs/benchmarks.md), a Python sink that writes nothing then
-runs 3.7x faster and ``format("fencedlake")`` 2.1x faster (10M rows).
+runs 3.8x faster and ``format("fencedlake")`` 2.8x faster (10M rows).
 
 The sink cannot change this itself: it runs in Spark's Python workers, which
 have no handle on the JVM session. :func:`tune_session` is the one call a user

@@ -2,14 +2,17 @@
 
 Codec (Iceberg's default zstd), level, page and dictionary sizes, row-group and target file
 sizes, read the way Iceberg defines them; a bad value is an :class:`InvalidOptionsError` naming
-the property, raised before a byte is written.
+the property, raised before a byte is written. Which columns a file dictionary-encodes is decided
+from its data, as Iceberg's parquet-mr writer does (:func:`dictionary_columns`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.compute as pc
 from pyiceberg.table import TableProperties
 from pyiceberg.utils.properties import property_as_int
 
@@ -67,3 +70,46 @@ def parquet_kwargs(props: Mapping[str, str]) -> dict[str, Any]:
         "write_batch_size": _int_property(props, tp.PARQUET_PAGE_ROW_LIMIT, tp.PARQUET_PAGE_ROW_LIMIT_DEFAULT),
         "store_decimal_as_integer": True,
     }
+
+
+_VARIABLE_WIDTH = (pa.types.is_binary, pa.types.is_large_binary, pa.types.is_string, pa.types.is_large_string)
+#: Rows of a file's first row group that decide its dictionary columns (Iceberg's default page row limit).
+DICTIONARY_SAMPLE_ROWS = 20_000
+
+
+def dictionary_columns(first_group: pa.Table, leaf_paths: Iterable[str]) -> list[str]:
+    """The Parquet columns a file dictionary-encodes, decided from its first row group's first rows.
+
+    Iceberg writes through parquet-mr, which drops a column's dictionary after the first page
+    when dictionary + indices are not smaller than the plain values; pyarrow has no such
+    fallback and keeps dictionary-encoding unique ids, timestamps and measures until the
+    dictionary page limit (``write.parquet.dict-size-bytes``, 2 MiB) fills, which made files
+    ~1.3x Spark's and the write ~1.6x slower (docs/benchmarks.md). The same test is applied here
+    up front, on the first :data:`DICTIONARY_SAMPLE_ROWS` rows of each top-level primitive column:
+    dictionary (distinct x width) + indices (rows x bits per index) < plain (rows x width).
+    Nested leaf columns keep dictionary encoding. Encoding only: the values are the same.
+
+    Args:
+        first_group: the first row group the file will hold (the table's Arrow schema).
+        leaf_paths: every Parquet leaf column path (``parquet_path_to_id_mapping``'s keys).
+    """
+    plain: set[str] = set()
+    for field_, column in zip(first_group.schema, first_group.columns, strict=True):
+        if pa.types.is_nested(field_.type) or pa.types.is_boolean(field_.type):
+            continue
+        sample = column.slice(0, DICTIONARY_SAMPLE_ROWS)
+        values = len(sample) - sample.null_count
+        if values == 0:
+            continue
+        try:
+            distinct = pc.count_distinct(sample).as_py()
+            if any(is_type(field_.type) for is_type in _VARIABLE_WIDTH):
+                width = pc.sum(pc.binary_length(sample)).as_py() / values + 4  # + Parquet's length prefix
+            else:
+                width = field_.type.bit_width / 8
+        except (pa.ArrowNotImplementedError, ValueError):
+            continue  # a type these kernels do not cover: keep pyarrow's default (dictionary)
+        index_bytes = max(1, distinct.bit_length()) / 8
+        if distinct * width + values * index_bytes >= values * width:
+            plain.add(field_.name)
+    return [path for path in leaf_paths if path not in plain]

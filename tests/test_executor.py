@@ -318,6 +318,57 @@ def test_default_codec_is_zstd_and_table_codec_is_honoured(tmp_path: Path) -> No
         assert {rg.column(i).compression for i in range(meta.num_columns)} == {codec}
 
 
+def _dictionary_encoded(path: str) -> dict[str, bool]:
+    meta = pq.read_metadata(path)
+    columns = [meta.row_group(0).column(i) for i in range(meta.num_columns)]
+    return {c.path_in_schema: "RLE_DICTIONARY" in c.encodings or "PLAIN_DICTIONARY" in c.encodings for c in columns}
+
+
+def test_dictionary_encoding_is_kept_only_where_it_pays_like_parquet_mr(tmp_path: Path) -> None:
+    """Unique ids, instants, dates and amounts are written plain; repeats and nested leaves keep a dictionary."""
+    ws = make_spec(tmp_path)
+    batches = spark_batches(2, 5_000)
+    (f,) = decoded(ws, write_task(ws, iter(batches), TaskInfo(0, 0, None)))
+    encoded = _dictionary_encoded(local(f.file_path))
+    assert {k: v for k, v in encoded.items() if not k.startswith("payload.")} == {
+        "id": False,  # unique
+        "small": True,  # 100 distinct
+        "mid": True,  # 1,000 distinct int16: 2 KB of dictionary + 10-bit indices < 20 KB plain
+        "ts": False,  # one per 37 hours: unique
+        "ntz": False,
+        "amount": False,
+        "name": True,  # 13 distinct
+        "d": False,  # a new day every row
+    }
+    assert all(v for k, v in encoded.items() if k.startswith("payload."))
+    table = read_back([f])  # encoding only: the same values (instants compared as integers: DST folds)
+    source = pa.Table.from_batches(batches)
+    assert table.column("ts").cast(pa.int64()).to_pylist() == source.column("ts").cast(pa.int64()).to_pylist()
+    assert table.drop_columns(["ts"]).to_pylist() == source.drop_columns(["ts"]).to_pylist()
+
+
+@pytest.mark.parametrize(
+    ("column", "dictionary"),
+    [
+        (pa.array(range(1000), pa.int64()), False),
+        (pa.array([7] * 1000, pa.int64()), True),
+        (pa.array([None] * 1000, pa.int64()), True),  # nothing to decide on: pyarrow's default
+        (pa.array([f"user-{i}" for i in range(1000)], pa.large_string()), False),
+        (pa.array([f"user-{i % 10}" for i in range(1000)], pa.large_string()), True),
+        (pa.array([i % 2 == 0 for i in range(1000)]), True),  # booleans are never decided (pyarrow has no dict)
+        (pa.array([float(i) / 3 for i in range(1000)]), False),
+    ],
+)
+def test_dictionary_columns_decides_top_level_primitives_only(column: pa.Array, dictionary: bool) -> None:
+    from pyspark_fenced_sink.writeprops import dictionary_columns
+
+    nested = pa.array([{"x": i} for i in range(1000)], pa.struct([("x", pa.int64())]))
+    table = pa.table({"c": column, "s": nested})
+    chosen = dictionary_columns(table, ["c", "s.x"])
+    assert ("c" in chosen) is dictionary
+    assert "s.x" in chosen  # a nested leaf is never decided: unique values keep their dictionary
+
+
 def test_invalid_parquet_properties_are_rejected(tmp_path: Path) -> None:
     """Unknown codecs and non-integer sizes fail clearly, before any file is written."""
     bad = make_spec(tmp_path, properties={"write.parquet.compression-codec": "lzo2"})
