@@ -62,14 +62,7 @@ from pyspark_fenced_sink.naming import FileTag
 from pyspark_fenced_sink.partitioning import column_index
 from pyspark_fenced_sink.writeprops import dictionary_columns, parquet_kwargs, size_property
 
-__all__ = [
-    "BUFFER_BYTES_DEFAULT",
-    "TaskInfo",
-    "WriteResult",
-    "WriteSpec",
-    "task_info_from_spark",
-    "write_task",
-]
+__all__ = ["BUFFER_BYTES_DEFAULT", "TaskInfo", "WriteResult", "WriteSpec", "task_info_from_spark", "write_task"]
 
 log = logging.getLogger(__name__)
 

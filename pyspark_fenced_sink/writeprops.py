@@ -84,7 +84,7 @@ def dictionary_columns(first_group: pa.Table, leaf_paths: Iterable[str]) -> list
     when dictionary + indices are not smaller than the plain values; pyarrow has no such
     fallback and keeps dictionary-encoding unique ids, timestamps and measures until the
     dictionary page limit (``write.parquet.dict-size-bytes``, 2 MiB) fills, which made files
-    ~1.3x Spark's and the write ~1.6x slower (docs/benchmarks.md). The same test is applied here
+    ~1.3x Spark's and the write ~1.7x slower (docs/benchmarks.md). The same test is applied here
     up front, on the first :data:`DICTIONARY_SAMPLE_ROWS` rows of each top-level primitive column:
     dictionary (distinct x width) + indices (rows x bits per index) < plain (rows x width).
     Nested leaf columns keep dictionary encoding. Encoding only: the values are the same.
