@@ -1,11 +1,11 @@
 """Suite "executor": the executor write path alone, in this process (no Spark, no JVM).
 
-Times :func:`pyspark_fenced_sink.executor.write_task` on the benchmark rows
+Times :func:`pyspark_fenced_sink.write.task.write_task` on the benchmark rows
 (fed as Spark feeds a Python writer: 10k-row Arrow batches), unpartitioned and
 ``day(ts)``-partitioned, against the floor: pyarrow's own ``ParquetWriter``
 writing the same rows with the same settings (the table's codec, row-group
 size) in one call, with pyarrow's default of a dictionary for every column
-(``write_task`` keeps one only where it pays: ``writeprops.dictionary_columns``).
+(``write_task`` keeps one only where it pays: ``iceberg.write_properties.dictionary_columns``).
 Interleaved rounds, median; ratio = floor time / variant time. One extra
 profiled run (cProfile) of the unpartitioned write says where the executor's
 time goes. Files are written into the tables' data directories and never
@@ -26,9 +26,9 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from benchmarks import sinkdriver
 from benchmarks.common import BenchmarkError, SuiteResult, interleaved, median, paired_ratios, stopwatch
-from benchmarks.data import arrow_rows
+from benchmarks.data import SPARK_SCHEMA, arrow_rows
+from pyspark_fenced_sink.testing import harness
 
 __all__ = ["run"]
 
@@ -39,16 +39,16 @@ def _data_dir(spec: Any) -> Path:
 
 def run(*, rows: int, reps: int, workdir: str | None = None, log: Callable[[str], None] = print) -> SuiteResult:
     """Time the executor path on ``rows`` rows, ``reps`` interleaved rounds, plus one profiled run."""
-    from pyspark_fenced_sink.executor import TaskInfo, write_task
-    from pyspark_fenced_sink.writeprops import parquet_kwargs
+    from pyspark_fenced_sink.iceberg.write_properties import parquet_kwargs
+    from pyspark_fenced_sink.write.task import TaskInfo, write_task
 
     result = SuiteResult("executor", f"Executor write path without Spark, {rows:,} rows, 1 task")
     with tempfile.TemporaryDirectory(prefix="fencedlake-bench-exec-", dir=workdir) as tmp:
         wh = str(Path(tmp) / "wh")
         data = arrow_rows(0, rows)
-        batches = data.to_batches(max_chunksize=sinkdriver.SPARK_BATCH_ROWS)
-        flat = sinkdriver.plan(wh, "bench.exec_flat")
-        daily = sinkdriver.plan(wh, "bench.exec_day", {"partition-by": "day(ts)"})
+        batches = data.to_batches(max_chunksize=harness.SPARK_BATCH_ROWS)
+        flat = harness.plan(wh, "bench.exec_flat", schema=SPARK_SCHEMA)
+        daily = harness.plan(wh, "bench.exec_day", {"partition-by": "day(ts)"}, schema=SPARK_SCHEMA)
         props = dict(flat.spec.properties)
         kwargs = parquet_kwargs(props)
         row_group = int(props.get("write.parquet.row-group-limit", 1_048_576))

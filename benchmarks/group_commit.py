@@ -10,7 +10,7 @@ released at once, with one of three writers:
   ``catalog.load_table(t).append(arrow)``, with pyiceberg's default commit
   retries (``commit.retry.num-retries`` 4, exponential backoff from 100 ms);
 * ``pyiceberg no-retry``: the same with ``commit.retry.num-retries=0`` (what
-  fencedlake itself must run with: DESIGN.md).
+  fencedlake itself must run with: docs/PROTOCOL.md §12).
 
 Reported per (catalog, writer, N): writes attempted / landed / failed (an
 exception surfaced to the caller), catalog commit attempts and commits
@@ -88,13 +88,14 @@ def _count_catalog_attempts() -> None:
 
 
 def _fenced_write(target: Any, table: str, data: Any) -> dict[str, Any]:
-    from benchmarks import sinkdriver
+    from benchmarks.data import SPARK_SCHEMA
+    from pyspark_fenced_sink.testing import harness
 
     t0 = time.time()
-    p = sinkdriver.plan(target, table)
-    messages = sinkdriver.write_tasks(p, data)
+    p = harness.plan(target, table, schema=SPARK_SCHEMA)
+    messages = harness.write_tasks(p, data, tasks=1)
     t1 = time.time()
-    res = sinkdriver.commit(p, messages)
+    res = harness.commit(p, messages)
     t2 = time.time()
     return {
         "t0": t0,
@@ -112,9 +113,9 @@ def _fenced_write(target: Any, table: str, data: Any) -> dict[str, Any]:
 
 def _naive_write(target: Any, table: str, data: Any) -> dict[str, Any]:
     """``load_table(t).append(data)``: a plain pyiceberg writer; any exception is a surfaced error."""
-    from benchmarks import sinkdriver
+    from pyspark_fenced_sink.testing import harness
 
-    catalog = sinkdriver.open_catalog(target)
+    catalog = harness.open_catalog(target)
     before = _CATALOG_ATTEMPTS[0]
     t0 = time.time()
     error = None
@@ -219,10 +220,10 @@ class _Worker:
 
 def _create_naive_table(target: Any, table: str, retries: bool) -> Any:
     """A plain Iceberg table of the benchmark schema, as a pyiceberg user would create it."""
-    from benchmarks import sinkdriver
     from benchmarks.data import arrow_rows
+    from pyspark_fenced_sink.testing import harness
 
-    catalog = sinkdriver.open_catalog(target)
+    catalog = harness.open_catalog(target)
     namespace = table.rsplit(".", 1)[0]
     catalog.create_namespace_if_not_exists(namespace)
     props = {} if retries else {"commit.retry.num-retries": "0"}
@@ -246,13 +247,15 @@ def _round(
     profile: bool = False,
 ) -> dict[str, Any]:
     """One contended run: n workers x commits writes on a fresh table; verified and summarized."""
-    from benchmarks import sinkdriver
-    from benchmarks.data import arrow_rows
-    from pyspark_fenced_sink.state import decode_record
+    from benchmarks.data import SPARK_SCHEMA, arrow_rows
+    from pyspark_fenced_sink.protocol.state import decode_record
+    from pyspark_fenced_sink.testing import harness
 
-    catalog = sinkdriver.open_catalog(target)
+    catalog = harness.open_catalog(target)
     if variant == FENCED:
-        sinkdriver.write(target, table, arrow_rows(SEED_ID, 1, total=10**12))  # creates the table
+        harness.sink_write(
+            target, table, arrow_rows(SEED_ID, 1, total=10**12), schema=SPARK_SCHEMA, tasks=1
+        )  # creates the table
         seed = {SEED_ID}
     else:
         _create_naive_table(target, table, retries=variant == NAIVE)
@@ -389,12 +392,12 @@ def run(
     }
     runs: dict[str, list[dict[str, Any]]] = {}
     with tempfile.TemporaryDirectory(prefix="fencedlake-bench-gc-", dir=workdir) as tmp:
-        from benchmarks import sinkdriver
+        from pyspark_fenced_sink.testing import harness
 
         targets: list[tuple[str, Any]] = [("sqlite", str(Path(tmp) / "wh"))]
         namespace = f"bench_{uuid.uuid4().hex[:8]}"
         if pg_uri:
-            targets.append(("postgres", sinkdriver.postgres_target(pg_uri, str(Path(tmp) / "wh-pg"))))
+            targets.append(("postgres", harness.postgres_target(pg_uri, str(Path(tmp) / "wh-pg"))))
         t0 = time.perf_counter()
         pool = [_Worker(i, Path(tmp)) for i in range(max(ns))]
         try:

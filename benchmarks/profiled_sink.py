@@ -16,8 +16,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from pyspark_fenced_sink.batch import FencedLakeBatchWriter
-from pyspark_fenced_sink.datasource import FencedLakeDataSource
+from pyspark_fenced_sink.spark.batch import FencedLakeBatchWriter
+from pyspark_fenced_sink.spark.datasource import FencedLakeDataSource
 
 __all__ = ["PROFILE_DIR", "ProfiledFencedLake", "task_profile"]
 

@@ -34,9 +34,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from benchmarks import sinkdriver
 from benchmarks.common import BenchmarkError, SuiteResult
-from benchmarks.data import arrow_rows
+from benchmarks.data import SPARK_SCHEMA, arrow_rows
+from pyspark_fenced_sink.testing import harness
 
 __all__ = ["KINDS", "Counts", "by_kind", "counting", "pyiceberg_append", "run"]
 
@@ -83,8 +83,8 @@ def counting(catalog: Any) -> Iterator[Counts]:
     """Count control-store, catalog and Iceberg file requests made inside the block (this process)."""
     from pyiceberg.io.pyarrow import PyArrowFile, PyArrowFileIO
 
-    from pyspark_fenced_sink import catalogs
-    from pyspark_fenced_sink.storage import CountingStore
+    from pyspark_fenced_sink.iceberg import catalogs
+    from pyspark_fenced_sink.store.base import CountingStore
 
     class TimedStore(CountingStore):
         """CountingStore that also times each request and counts the keys LISTs return."""
@@ -160,7 +160,7 @@ def counting(catalog: Any) -> Iterator[Counts]:
 
 def pyiceberg_append(catalog: Any, table: str, messages: list[Any]) -> None:
     """The baseline commit: load the table, fast-append the data files, commit (pyiceberg's own path)."""
-    from pyspark_fenced_sink.datafiles import decode_data_file
+    from pyspark_fenced_sink.iceberg.datafiles import decode_data_file
 
     t = catalog.load_table(table)
     ptype = t.metadata.spec().partition_type(t.metadata.schema())
@@ -192,7 +192,7 @@ class _Scenario:
 
 def run(*, reps: int, workdir: str | None = None, log: Callable[[str], None] = print) -> SuiteResult:
     """Measure the request counts of each scenario ``reps`` times (sequential commits, no contention)."""
-    from pyspark_fenced_sink.catalogs import load_catalog
+    from pyspark_fenced_sink.iceberg.catalogs import load_catalog
 
     result = SuiteResult("requests", "Object-store requests per uncontended commit (issue 6.3)")
     with tempfile.TemporaryDirectory(prefix="fencedlake-bench-req-", dir=workdir) as wh:
@@ -205,9 +205,9 @@ def run(*, reps: int, workdir: str | None = None, log: Callable[[str], None] = p
             return arrow_rows(start, rows_per_write, total=10**9)
 
         # Create both tables and warm every code path once (imports, caches) before counting.
-        sinkdriver.write(wh, "bench.req", data())
-        sinkdriver.write(wh, "bench.base", data())
-        catalog = load_catalog(sinkdriver.plan(wh, "bench.req").opts)  # the per-process instance the sink uses
+        harness.sink_write(wh, "bench.req", data(), schema=SPARK_SCHEMA, tasks=1)
+        harness.sink_write(wh, "bench.base", data(), schema=SPARK_SCHEMA, tasks=1)
+        catalog = load_catalog(harness.catalog_of(wh))  # the per-process instance the sink uses
         scenarios = {
             "baseline": _Scenario("pyiceberg fast_append (baseline)", "commit", False),
             "anon": _Scenario("fencedlake batch write, anonymous", "commit", True),
@@ -218,8 +218,8 @@ def run(*, reps: int, workdir: str | None = None, log: Callable[[str], None] = p
             "stream-new": _Scenario("fencedlake streaming, first batch of a new run", "commit", False),
         }
         run_id, query = uuid.uuid4().hex, "bench-query"
-        sp = sinkdriver.plan(wh, "bench.req", {"writer.id": "bench-stream"}, streaming=True)
-        sinkdriver.commit(sp, sinkdriver.write_tasks(sp, data(), batch=0, run=run_id, query=query), batch_id=0)
+        sp = harness.plan(wh, "bench.req", {"writer.id": "bench-stream"}, streaming=True, schema=SPARK_SCHEMA)
+        harness.commit(sp, harness.write_tasks(sp, data(), batch=0, run=run_id, query=query, tasks=1), batch_id=0)
         batch = 1
 
         def measure(key: str, table: str, commit: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
@@ -235,30 +235,32 @@ def run(*, reps: int, workdir: str | None = None, log: Callable[[str], None] = p
 
         for rep in range(reps):
             # Baseline: plain pyiceberg append of the same kind of files, on the twin table.
-            bp = sinkdriver.plan(wh, "bench.base")
-            base_messages = sinkdriver.write_tasks(bp, data())
+            bp = harness.plan(wh, "bench.base", schema=SPARK_SCHEMA)
+            base_messages = harness.write_tasks(bp, data(), tasks=1)
             measure("baseline", "bench.base", pyiceberg_append, catalog, "bench.base", base_messages)
 
-            p = sinkdriver.plan(wh, "bench.req")
-            messages = sinkdriver.write_tasks(p, data())
-            measure("anon", "bench.req", sinkdriver.commit, p, messages)
+            p = harness.plan(wh, "bench.req", schema=SPARK_SCHEMA)
+            messages = harness.write_tasks(p, data(), tasks=1)
+            measure("anon", "bench.req", harness.commit, p, messages)
 
             with counting(catalog) as c:
-                sp = sinkdriver.plan(wh, "bench.req", {"writer.id": "bench-stable", "writer.batch-id": rep + 1})
+                sp = harness.plan(
+                    wh, "bench.req", {"writer.id": "bench-stable", "writer.batch-id": rep + 1}, schema=SPARK_SCHEMA
+                )
             scenarios["stable-open"].samples.append(c)
-            stable_messages = sinkdriver.write_tasks(sp, data())
-            measure("stable", "bench.req", sinkdriver.commit, sp, stable_messages)
+            stable_messages = harness.write_tasks(sp, data(), tasks=1)
+            measure("stable", "bench.req", harness.commit, sp, stable_messages)
 
             # A re-run of an applied batch id (own table, so its pending barrier does not reach the scenarios
             # above): DUPLICATE, nothing added, the re-run's own files removed (DELETEs).
             opts = {"writer.id": "bench-dup", "writer.batch-id": rep + 1}
-            fp = sinkdriver.plan(wh, "bench.dup", opts)
-            sinkdriver.commit(fp, sinkdriver.write_tasks(fp, data()))
+            fp = harness.plan(wh, "bench.dup", opts, schema=SPARK_SCHEMA)
+            harness.commit(fp, harness.write_tasks(fp, data(), tasks=1))
             before = _total_records(catalog, "bench.dup")
-            rp = sinkdriver.plan(wh, "bench.dup", opts)
-            rerun_messages = sinkdriver.write_tasks(rp, data())
+            rp = harness.plan(wh, "bench.dup", opts, schema=SPARK_SCHEMA)
+            rerun_messages = harness.write_tasks(rp, data(), tasks=1)
             with counting(catalog) as c:
-                res = sinkdriver.commit(rp, rerun_messages)
+                res = harness.commit(rp, rerun_messages)
             scenarios["rerun"].samples.append(c)
             if res.outcome.name != "DUPLICATE" or _total_records(catalog, "bench.dup") != before:
                 raise BenchmarkError(f"re-run of batch {rep + 1}: outcome {res.outcome.name}, expected DUPLICATE")
@@ -266,9 +268,9 @@ def run(*, reps: int, workdir: str | None = None, log: Callable[[str], None] = p
             for key in ("stream", "stream-new"):
                 if key == "stream-new":
                     run_id = uuid.uuid4().hex  # a restarted query: a new run continues with the next batch
-                stp = sinkdriver.plan(wh, "bench.req", {"writer.id": "bench-stream"}, streaming=True)
-                msgs = sinkdriver.write_tasks(stp, data(), batch=batch, run=run_id, query=query)
-                measure(key, "bench.req", sinkdriver.commit, stp, msgs, batch_id=batch)
+                stp = harness.plan(wh, "bench.req", {"writer.id": "bench-stream"}, streaming=True, schema=SPARK_SCHEMA)
+                msgs = harness.write_tasks(stp, data(), batch=batch, run=run_id, query=query, tasks=1)
+                measure(key, "bench.req", harness.commit, stp, msgs, batch_id=batch)
                 batch += 1
             log(f"  rep {rep + 1}/{reps}: counted {len(scenarios)} scenarios")
 

@@ -34,10 +34,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks import sinkdriver
 from benchmarks.common import BenchmarkError, SuiteResult, median, profile_top, ratio, step_breakdown
-from benchmarks.data import arrow_rows
+from benchmarks.data import SPARK_SCHEMA, arrow_rows
 from benchmarks.request_budget import Counts, by_kind, counting, pyiceberg_append
+from pyspark_fenced_sink.testing import harness
 
 __all__ = ["run"]
 
@@ -56,15 +56,16 @@ class _Ids:
 
 def _seed_wal(wh: str, table: str, entries: int, log: Callable[[str], None]) -> None:
     """Put ``entries`` anonymous empty data entries after the tail, then reconcile them with ``recover``."""
-    from pyspark_fenced_sink.catalogs import commit_context
-    from pyspark_fenced_sink.commit import recover
-    from pyspark_fenced_sink.fencing import new_token
-    from pyspark_fenced_sink.storage import LocalStore
-    from pyspark_fenced_sink.wal import EntryKind, WalEntry, encode_entry, wal_key
+    from pyspark_fenced_sink.iceberg.catalogs import open_table
+    from pyspark_fenced_sink.protocol.commit import recover
+    from pyspark_fenced_sink.protocol.fencing import new_token
+    from pyspark_fenced_sink.protocol.layout import wal_key
+    from pyspark_fenced_sink.protocol.wal import EntryKind, WalEntry, encode_entry
+    from pyspark_fenced_sink.store.local import LocalStore
 
-    opts = sinkdriver.plan(wh, table).opts
-    ctx = commit_context(sinkdriver.open_catalog(wh), opts)
-    view = ctx.port.load()
+    harness.plan(wh, table, schema=SPARK_SCHEMA)  # creates the table
+    opened = open_table(harness.catalog_of(wh), table)
+    ctx, view = opened.ctx, opened.view
     start = view.state.upper
     if ctx.wal.scan(start):
         raise BenchmarkError(f"{table}: the WAL has pending entries before seeding")
@@ -106,19 +107,19 @@ def _point(
     log: Callable[[str], None],
 ) -> dict[str, Any]:
     """Build one table (and its twin) with ``size`` of history, then time and count ``commits`` commits each."""
-    catalog = sinkdriver.open_catalog(wh)
+    catalog = harness.open_catalog(wh)
     fl, base = f"bench.{series}_{size}", f"bench.{series}_{size}_base"
     t0 = time.perf_counter()
-    sinkdriver.write(wh, fl, ids.rows())  # creates the table
+    harness.sink_write(wh, fl, ids.rows(), schema=SPARK_SCHEMA, tasks=1)  # creates the table
     if series == "wal":
         _seed_wal(wh, fl, size, log)
     else:
         for _ in range(size - 1):
-            sinkdriver.write(wh, fl, ids.rows())
+            harness.sink_write(wh, fl, ids.rows(), schema=SPARK_SCHEMA, tasks=1)
     # The twin: the same metadata registered under a second name, so both start from an identical history
     # (same snapshots, same metadata.json); the baseline's commits are plain pyiceberg appends on it.
     catalog.register_table(base, catalog.load_table(fl).metadata_location)
-    bp = sinkdriver.plan(wh, base)
+    bp = harness.plan(wh, base, schema=SPARK_SCHEMA)
     built = {
         "wal_entries": _wal_len(wh, fl),
         "snapshots": _snapshots(catalog, fl),
@@ -137,17 +138,17 @@ def _point(
     for i in range(commits + 1):  # the first of each is a warm-up (caches, the twin's first load)
         for name in ("fencedlake", "pyiceberg") if i % 2 == 0 else ("pyiceberg", "fencedlake"):
             if name == "fencedlake":
-                p = sinkdriver.plan(wh, fl)
-                messages = sinkdriver.write_tasks(p, ids.rows())
+                p = harness.plan(wh, fl, schema=SPARK_SCHEMA)
+                messages = harness.write_tasks(p, ids.rows(), tasks=1)
                 with counting(catalog) as c:
                     t = time.perf_counter()
-                    res = sinkdriver.commit(p, messages)
+                    res = harness.commit(p, messages)
                     elapsed = time.perf_counter() - t
                 if res.outcome.name != "APPLIED":
                     raise BenchmarkError(f"{series}={size}: outcome {res.outcome.name}, expected APPLIED")
                 check(fl, name)
             else:
-                messages = sinkdriver.write_tasks(bp, ids.rows())
+                messages = harness.write_tasks(bp, ids.rows(), tasks=1)
                 with counting(catalog) as c:
                     t = time.perf_counter()
                     pyiceberg_append(catalog, base, messages)
@@ -158,11 +159,11 @@ def _point(
 
     prof = None
     if profile:
-        p = sinkdriver.plan(wh, fl)
-        messages = sinkdriver.write_tasks(p, ids.rows())
+        p = harness.plan(wh, fl, schema=SPARK_SCHEMA)
+        messages = harness.write_tasks(p, ids.rows(), tasks=1)
         profiler = cProfile.Profile()
         profiler.enable()
-        sinkdriver.commit(p, messages)
+        harness.commit(p, messages)
         profiler.disable()
         prof = {"self": profile_top(profiler, 12), "cum": profile_top(profiler, 120, key="cum")}
 
@@ -188,9 +189,9 @@ def _point(
 
 
 def _wal_len(wh: str, table: str) -> int:
-    from pyspark_fenced_sink.storage import control_root
+    from pyspark_fenced_sink.protocol.layout import control_root
 
-    location = sinkdriver.open_catalog(wh).load_table(table).metadata.location
+    location = harness.open_catalog(wh).load_table(table).metadata.location
     wal = Path(control_root(location).removeprefix("file://")) / "wal"
     return sum(1 for n in os.listdir(wal) if n.endswith(".json")) if wal.is_dir() else 0
 

@@ -50,7 +50,7 @@ import pyarrow.parquet as pq
 
 from benchmarks.common import BenchmarkError, SuiteResult, interleaved, median, paired_ratios
 from benchmarks.data import spark_frame
-from pyspark_fenced_sink.tuning import ARROW_MAX_BYTES_PER_BATCH, SPARK_DEFAULT_BATCH_BYTES
+from pyspark_fenced_sink.spark.tuning import ARROW_MAX_BYTES_PER_BATCH, SPARK_DEFAULT_BATCH_BYTES
 
 __all__ = ["TARGET_RATIO", "run", "spark_defaults", "spark_session"]
 
@@ -285,7 +285,7 @@ def _one_size(
     """Interleaved rounds over one cached frame of ``rows`` rows: (writer names, seconds, breakdown)."""
     from pyspark.sql import functions as F  # noqa: N812 - Spark's convention
 
-    from pyspark_fenced_sink.catalogs import embedded_catalog
+    from pyspark_fenced_sink.iceberg.catalogs import embedded_catalog
 
     jobs = _Jobs(spark)
     sc = spark.sparkContext
@@ -434,7 +434,7 @@ TASK_STEPS: tuple[tuple[str, str, str], ...] = (
     ("waiting for Arrow batches from the JVM (pyspark load_stream)", "serializers.py", "load_stream"),
     ("Parquet encode + compress + write (pyarrow write_table)", "core.py", "write_table"),
     ("schema conform / casts", "arrowcast.py", "conform_batch"),
-    ("partition split", "executor.py", "_split"),
+    ("partition split", "task.py", "_split"),
     ("DataFile statistics", "pyarrow.py", "data_file_statistics_from_parquet_metadata"),
 )
 

@@ -4,7 +4,7 @@ A *lane* is one OS process (an "app") running the sink's real driver and
 executor steps -- ``driver.plan_write``, ``executor.write_task`` per task,
 ``driver.commit_files`` -- on one or more threads, each thread a writer doing
 its own plan/write/commit, exactly what a Spark application's driver and commit
-worker run, minus the JVM (``tests/sinkutil.py`` does the same in-process)::
+worker run, minus the JVM (``pyspark_fenced_sink/testing/harness.py`` does the same in-process)::
 
     python -m integration.scenarios_support lane   < SPEC_JSON
     python -m integration.scenarios_support gc     < SPEC_JSON
@@ -42,6 +42,8 @@ from typing import Any
 
 import pyarrow as pa
 
+from pyspark_fenced_sink.testing.harness import rows
+
 ROOT = Path(__file__).resolve().parents[1]
 
 __all__ = [
@@ -61,11 +63,6 @@ __all__ = [
     "violations",
     "wait_for",
 ]
-
-
-def rows(writer: str, start: int, count: int) -> pa.Table:
-    """``count`` rows with ids ``start..`` tagged with ``writer`` (the schema of ``tests.sinkutil``)."""
-    return pa.table({"id": pa.array(range(start, start + count), pa.int64()), "writer": [writer] * count})
 
 
 def ids_of(start: int, count: int) -> list[int]:
@@ -103,16 +100,16 @@ def attempt_write(options: Mapping[str, str], data: pa.Table, *, tasks: int = 2)
     started, so the entry may be durable and only ``CommitOutcomeUnknownError`` may leave the
     outcome open (I1).
     """
-    from pyspark_fenced_sink.datafiles import encoded_path
-    from pyspark_fenced_sink.driver import abort_files, commit_files, plan_write
-    from tests.sinkutil import SCHEMA, task_messages
+    from pyspark_fenced_sink.protocol.wal import encoded_path
+    from pyspark_fenced_sink.spark.driver import abort_files, commit_files, plan_write
+    from pyspark_fenced_sink.testing.harness import SCHEMA, write_tasks
 
     stage, files = "plan", []
     _last_point.name = None
     try:
         plan = plan_write(dict(options), SCHEMA, False, streaming=False)
         stage = "tasks"
-        messages = task_messages(plan, data, tasks)
+        messages = write_tasks(plan, data, tasks)
         files = [encoded_path(f) for m in messages for f in m.files]
         stage = "commit"
         try:
@@ -197,11 +194,11 @@ def _prepare(spec: dict[str, Any]) -> None:
     for module in (
         "pyiceberg.catalog.sql",
         "s3fs",
-        "pyspark_fenced_sink.catalogs",
-        "pyspark_fenced_sink.driver",
-        "pyspark_fenced_sink.iceberg_table",
-        "pyspark_fenced_sink.maintenance",
-        "tests.sinkutil",
+        "pyspark_fenced_sink.iceberg.catalogs",
+        "pyspark_fenced_sink.spark.driver",
+        "pyspark_fenced_sink.iceberg.table_port",
+        "pyspark_fenced_sink.ops.gc",
+        "pyspark_fenced_sink.testing.harness",
     ):
         importlib.import_module(module)
     print(json.dumps({"ready": os.getpid()}), flush=True)
@@ -254,7 +251,7 @@ def _lane(spec: dict[str, Any]) -> None:
 
 
 def _gc(spec: dict[str, Any]) -> None:
-    from pyspark_fenced_sink.maintenance import gc
+    from pyspark_fenced_sink.ops.gc import gc
 
     _prepare(spec)
     report = gc(context(spec["options"]), grace_s=float(spec.get("grace_s", 0)))
@@ -373,11 +370,9 @@ def wait_for(what: str, condition: Callable[[], bool], timeout: float, lane: Lan
 
 def context(options: Mapping[str, str]) -> Any:
     """The protocol context (catalog port + WAL) of the options' table."""
-    from pyspark_fenced_sink.catalogs import commit_context, load_catalog
-    from pyspark_fenced_sink.options import parse_options
+    from pyspark_fenced_sink.testing.harness import open_target
 
-    opts = parse_options(dict(options))
-    return commit_context(load_catalog(opts), opts)
+    return open_target(options, options["table"]).ctx
 
 
 def table_ids(options: Mapping[str, str]) -> list[int]:
@@ -404,8 +399,8 @@ def s3_exists(options: Mapping[str, str]) -> Callable[[str], bool]:
 
 
 def violations(options: Mapping[str, str], *, truncated: bool = False) -> list[str]:
-    """``tests.table_invariants.check_table`` on the table and its WAL on S3."""
-    from tests.table_invariants import check_table
+    """``pyspark_fenced_sink.testing.invariants.check_table`` on the table and its WAL on S3."""
+    from pyspark_fenced_sink.testing.invariants import check_table
 
     ctx = context(options)
     table = ctx.port.table(ctx.port.load())
@@ -414,7 +409,7 @@ def violations(options: Mapping[str, str], *, truncated: bool = False) -> list[s
 
 def outcomes_by_seq(options: Mapping[str, str]) -> dict[int, tuple[Any, str | None]]:
     """Every WAL entry still in the WAL, with its recorded outcome code (None: not reconciled)."""
-    from tests.table_invariants import _records
+    from pyspark_fenced_sink.testing.invariants import _records
 
     ctx = context(options)
     table = ctx.port.table(ctx.port.load())

@@ -69,11 +69,11 @@ from integration.scenarios_support import (
     violations,
     wait_for,
 )
-from pyspark_fenced_sink.datafiles import encoded_path
-from pyspark_fenced_sink.driver import commit_files, plan_write
-from pyspark_fenced_sink.maintenance import gc, truncate_wal
-from tests.sinkutil import DURABLE_AT, SCHEMA, task_messages
-from tests.table_invariants import pending_after_recover
+from pyspark_fenced_sink.ops.gc import gc, truncate_wal
+from pyspark_fenced_sink.protocol.wal import encoded_path
+from pyspark_fenced_sink.spark.driver import commit_files, plan_write
+from pyspark_fenced_sink.testing.harness import DURABLE_AT, SCHEMA, write_tasks
+from pyspark_fenced_sink.testing.invariants import pending_after_recover
 
 pytestmark = [pytest.mark.integration, pytest.mark.multiprocess]
 
@@ -345,7 +345,7 @@ def test_sigstopped_zombie_resumed_after_reopen_elsewhere_is_fenced_and_lands_no
         # The new incarnation, in this process: same writer.id, re-running batch 1.
         new = {**options, "writer.id": "orders-t0", "writer.batch-id": "1"}
         plan = plan_write(new, SCHEMA, False, streaming=False)  # opens: the fence barrier is durable
-        messages = task_messages(plan, rows("orders-t0", 5000, 30))
+        messages = write_tasks(plan, rows("orders-t0", 5000, 30))
         mine: list[dict[str, Any]] = []
         if reopened == "committed":
             mine.append(result_record(commit_files(plan, messages)))
@@ -443,7 +443,7 @@ def test_s3_faults_between_client_and_server_lose_nothing_duplicate_nothing_fenc
 
 def _dispose_cached_catalogs() -> None:
     """Drop pooled PostgreSQL connections this process holds (they died with the server)."""
-    from pyspark_fenced_sink import catalogs
+    from pyspark_fenced_sink.iceberg import catalogs
 
     for catalog in list(catalogs._cache.values()):
         engine = getattr(catalog, "engine", None)
@@ -470,7 +470,7 @@ def test_unknown_catalog_commit_outcome_is_resolved_by_lookup_never_retried_blin
         if mode == "commit-state-unknown":
             from pyiceberg.exceptions import CommitStateUnknownException
 
-            from pyspark_fenced_sink.iceberg_table import IcebergTablePort
+            from pyspark_fenced_sink.iceberg.table_port import IcebergTablePort
 
             real = IcebergTablePort._submit
             calls: list[int] = []

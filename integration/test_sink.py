@@ -4,9 +4,9 @@ The multi-machine configuration: pyiceberg ``SqlCatalog`` on PostgreSQL (a real
 compare-and-swap of the metadata location), data files and the WAL on S3 with
 put-if-absent (``If-None-Match: *``). Most tests drive exactly the calls Spark
 makes — ``driver.plan_write`` on the driver, ``executor.write_task`` per task,
-``driver.commit_files`` in the commit worker — in-process (``tests/sinkutil.py``);
+``driver.commit_files`` in the commit worker — in-process (``pyspark_fenced_sink/testing/harness.py``);
 the last one is a real ``df.write.format("fencedlake")`` with the same options.
-After each scenario ``tests/table_invariants.check_table`` reads what it left
+After each scenario ``pyspark_fenced_sink/testing/invariants.check_table`` reads what it left
 behind (catalog metadata, commit records, WAL objects, data files on S3).
 """
 
@@ -20,15 +20,15 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from pyspark_fenced_sink.catalogs import commit_context, load_catalog
-from pyspark_fenced_sink.datafiles import encoded_path
-from pyspark_fenced_sink.driver import commit_files, plan_write
 from pyspark_fenced_sink.errors import FencedWriterError
+from pyspark_fenced_sink.iceberg.catalogs import load_catalog
 from pyspark_fenced_sink.options import parse_options
-from pyspark_fenced_sink.reconcile import Outcome
-from pyspark_fenced_sink.state import STATE_PROPERTY, CommittedState
-from tests.sinkutil import SCHEMA, rows, task_messages, write_planned
-from tests.table_invariants import check_table
+from pyspark_fenced_sink.protocol.reconcile import Outcome
+from pyspark_fenced_sink.protocol.state import STATE_PROPERTY, CommittedState
+from pyspark_fenced_sink.protocol.wal import encoded_path
+from pyspark_fenced_sink.spark.driver import commit_files, plan_write
+from pyspark_fenced_sink.testing.harness import SCHEMA, open_target, rows, write_planned, write_tasks
+from pyspark_fenced_sink.testing.invariants import check_table
 
 pytestmark = pytest.mark.integration
 
@@ -53,7 +53,7 @@ def _write(options: Mapping[str, str], data: pa.Table, *, overwrite: bool = Fals
 
 def _table(options: Mapping[str, str]) -> Any:
     opts = parse_options(options)
-    return load_catalog(opts).load_table(opts.table)
+    return load_catalog(opts.catalog).load_table(opts.table)
 
 
 def _ids(options: Mapping[str, str]) -> list[int]:
@@ -61,10 +61,8 @@ def _ids(options: Mapping[str, str]) -> list[int]:
 
 
 def _violations(options: Mapping[str, str], fs: Any) -> list[str]:
-    opts = parse_options(options)
-    ctx = commit_context(load_catalog(opts), opts)
-    table = ctx.port.table(ctx.port.load())
-    return check_table(table, ctx.wal, lambda path: fs.exists(path))
+    opened = open_target(options, options["table"])
+    return check_table(opened.table, opened.ctx.wal, lambda path: fs.exists(path))
 
 
 def test_writes_land_on_s3_through_the_postgres_catalog_exactly_once(
@@ -126,7 +124,7 @@ def test_zombie_incarnation_is_fenced_and_its_files_removed_from_s3(sink_options
     """An older incarnation that commits after a newer one opened gets FencedWriterError; nothing of it lands."""
     writer = {"writer.id": "orders"}
     old = plan_write({**sink_options, **writer}, SCHEMA, False, streaming=False)
-    old_messages = task_messages(old, rows("old", 0, 30))
+    old_messages = write_tasks(old, rows("old", 0, 30))
     paths = [encoded_path(f) for m in old_messages for f in m.files]
     assert paths, "the old incarnation wrote no files: the test would prove nothing"
     assert all(s3fs_fs.exists(p) for p in paths), "the old incarnation's files are not on S3"

@@ -7,39 +7,19 @@ work with no registration: Spark imports top-level modules named
 worker.
 
 For write throughput, call :func:`tune_session` on the driver's SparkSession
-once (see :mod:`pyspark_fenced_sink.tuning`).
+once (see :mod:`pyspark_fenced_sink.spark.tuning`).
 """
 
 from __future__ import annotations
 
-from pyspark_fenced_sink.datasource import FencedLakeDataSource
-from pyspark_fenced_sink.errors import (
-    CommitOutcomeUnknownError,
-    CorruptControlDataError,
-    FencedLakeError,
-    FencedWriterError,
-    InvalidOptionsError,
-    SchemaMismatchError,
-    StoreError,
-    WriteRejectedError,
-)
-from pyspark_fenced_sink.tuning import tune_session
+from pyspark_fenced_sink import errors
+from pyspark_fenced_sink.errors import *  # noqa: F403 - the error kinds are part of the public API
+from pyspark_fenced_sink.spark.datasource import FencedLakeDataSource
+from pyspark_fenced_sink.spark.tuning import tune_session
 
 __version__ = "0.1.0"
 
 DefaultSource = FencedLakeDataSource
 
-__all__ = [
-    "CommitOutcomeUnknownError",
-    "CorruptControlDataError",
-    "DefaultSource",
-    "FencedLakeDataSource",
-    "FencedLakeError",
-    "FencedWriterError",
-    "InvalidOptionsError",
-    "SchemaMismatchError",
-    "StoreError",
-    "WriteRejectedError",
-    "__version__",
-    "tune_session",
-]
+__all__ = ["DefaultSource", "FencedLakeDataSource", "__version__", "tune_session"]
+__all__ += errors.__all__

@@ -37,6 +37,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from pyspark_fenced_sink import options
+
 __all__ = ["main"]
 
 TABLE = "demo.events"
@@ -121,10 +123,10 @@ def _write(spark: Any, warehouse: Path, writer: str, batch: int, rows: int) -> N
         _batch_frame(spark, writer, batch, rows)
         .write.format("fencedlake")
         .mode("append")
-        .option("warehouse", str(warehouse))
-        .option("partition-by", PARTITION_BY)
-        .option("writer.id", writer)
-        .option("writer.batch-id", str(batch))
+        .option(options.WAREHOUSE, str(warehouse))
+        .option(options.PARTITION_BY, PARTITION_BY)
+        .option(options.WRITER_ID, writer)
+        .option(options.WRITER_BATCH_ID, str(batch))
         .save(TABLE)
     )
 
@@ -171,7 +173,7 @@ def _writer_thread(
 
 
 def _load_table(warehouse: Path) -> Any:
-    from pyspark_fenced_sink.catalogs import embedded_catalog
+    from pyspark_fenced_sink.iceberg.catalogs import embedded_catalog
 
     return embedded_catalog(str(warehouse)).load_table(TABLE)
 
@@ -195,13 +197,12 @@ def _snapshot_lines(table: Any) -> list[str]:
 
 def _rerun_wal_rows(warehouse: Path, rerun: tuple[str, int]) -> list[dict[str, Any]]:
     """The WAL's data entries of the re-run batch, each with its (recorded or next-commit) outcome."""
-    from pyspark_fenced_sink.catalogs import commit_context, load_catalog
-    from pyspark_fenced_sink.options import parse_options
-    from pyspark_fenced_sink.tableinfo import wal_rows
+    from pyspark_fenced_sink.iceberg.catalogs import open_table
+    from pyspark_fenced_sink.ops.inspect import wal_rows
+    from pyspark_fenced_sink.options import catalog_config
 
-    opts = parse_options({"warehouse": str(warehouse), "table": TABLE})
-    ctx = commit_context(load_catalog(opts), opts)
-    rows = wal_rows(ctx, ctx.port.load(), 0, limit=100_000)
+    opened = open_table(catalog_config(warehouse=str(warehouse)), TABLE)
+    rows = wal_rows(opened.ctx, opened.view, 0, limit=100_000)
     return [r for r in rows if r["kind"] == "data" and r["writer"] == rerun[0] and r["batch"] == rerun[1]]
 
 
@@ -209,7 +210,7 @@ def _report(warehouse: Path, writers: list[str], batches: int, rows: int, rerun:
     """Print what landed; return the mismatches (empty: exactly once)."""
     import pyarrow.compute as pc
 
-    from pyspark_fenced_sink.state import STATE_PROPERTY, CommittedState
+    from pyspark_fenced_sink.protocol.state import STATE_PROPERTY, CommittedState
 
     table = _load_table(warehouse)
     data = table.scan().to_arrow()

@@ -1,11 +1,13 @@
-"""Sink options: keys, defaults, validation (driver).
+"""Sink options: keys, defaults, validation (driver); the one secret masker.
 
-Every option key is defined once here, with its ``*_DEFAULT`` sibling.
-:func:`parse_options` validates everything on the driver before any task
-runs and returns a frozen :class:`SinkOptions`; a bad option raises
-``InvalidOptionsError`` naming the key, the value found and what is expected.
-Spark lower-cases option keys; values keep their case. :func:`redact` masks
-secrets for logs and error messages.
+Every option key is defined once here, with its ``*_DEFAULT`` sibling, next to
+its validation. :func:`parse_options` validates everything on the driver
+before any task runs and returns a frozen :class:`SinkOptions`; a bad option
+raises ``InvalidOptionsError`` naming the key, the value found and what is
+expected. Spark lower-cases option keys; values keep their case.
+:class:`CatalogConfig` is the typed catalog selection shared by the sink, the
+CLI, tests and benchmarks (:func:`catalog_config` builds and validates one).
+:func:`redact` masks secrets for logs, reprs and error messages.
 """
 
 from __future__ import annotations
@@ -17,9 +19,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pyspark_fenced_sink.errors import InvalidOptionsError
-from pyspark_fenced_sink.naming import validate_writer_id
 
-__all__ = ["SinkOptions", "parse_options", "redact"]
+__all__ = [
+    "WRITER_ID_PATTERN",
+    "CatalogConfig",
+    "SinkOptions",
+    "catalog_config",
+    "parse_options",
+    "redact",
+    "validate_table_name",
+    "validate_writer_id",
+]
 
 TABLE = "table"
 PATH = "path"  # what .save("ns.table") passes
@@ -59,6 +69,8 @@ _KNOWN = frozenset(
         TEST_FAILPOINTS,
     }
 )
+#: Letters, digits, ``_ . -``; 1 to 128 characters; not starting with ``.`` or ``-``.
+WRITER_ID_PATTERN = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 _SECRET = re.compile(r"secret|password|passwd|token|credential|key|auth|sas", re.IGNORECASE)
 _URI_PASSWORD = re.compile(r"(://[^:/@]*:)([^@]+)(@)")  # the user may be empty: redis://:pw@host
 _IDENT = re.compile(r"^[A-Za-z0-9_$-]+$")
@@ -69,15 +81,87 @@ def redact(properties: Mapping[str, str]) -> dict[str, str]:
     return {k: "****" if _SECRET.search(k) else _URI_PASSWORD.sub(r"\1****\3", str(v)) for k, v in properties.items()}
 
 
+def validate_writer_id(writer_id: str) -> str:
+    """Return ``writer_id`` if it is a valid writer identity (:data:`WRITER_ID_PATTERN`), else raise.
+
+    It can never name a parent directory or an option-like token.
+
+    Raises:
+        InvalidOptionsError: the id is empty, too long or has other characters.
+    """
+    if not WRITER_ID_PATTERN.fullmatch(writer_id or ""):  # fullmatch: "$" alone accepts a trailing "\n"
+        raise InvalidOptionsError(
+            f"writer.id {writer_id!r} is invalid: expected 1-128 characters of letters, digits, "
+            "'_', '.', '-', not starting with '.' or '-'"
+        )
+    return writer_id
+
+
+@dataclass(frozen=True)
+class CatalogConfig:
+    """Which catalog holds the tables: the embedded default, or a pyiceberg catalog.
+
+    Attributes:
+        name: A pyiceberg catalog name (``.pyiceberg.yaml`` / ``PYICEBERG_CATALOG__*``), or None.
+        properties: pyiceberg catalog properties (the sink's ``catalog.<key>`` options).
+        warehouse: Absolute warehouse path of the embedded default catalog (SQLite at
+            ``<warehouse>/catalog.db``), used when ``name`` and ``properties`` are empty.
+    """
+
+    name: str | None = None
+    properties: Mapping[str, str] = field(default_factory=dict)
+    warehouse: str = ""
+
+    @property
+    def embedded(self) -> bool:
+        """True when the embedded default catalog (SQLite + local warehouse) is used."""
+        return self.name is None and not self.properties
+
+    def describe(self) -> str:
+        """A secret-free description for messages."""
+        if self.embedded:
+            return f"the embedded catalog at {self.warehouse}"
+        return f"catalog {self.name or '(from catalog.* options)'} with properties {redact(self.properties)}"
+
+    def __repr__(self) -> str:
+        return f"CatalogConfig(name={self.name!r}, properties={redact(self.properties)}, warehouse={self.warehouse!r})"
+
+
+def catalog_config(
+    name: str | None = None, properties: Mapping[str, str] | None = None, warehouse: str | None = None
+) -> CatalogConfig:
+    """A validated :class:`CatalogConfig` (the sink's ``catalog``/``catalog.*``/``warehouse`` options, the CLI's flags).
+
+    ``warehouse`` defaults to ``$FENCEDLAKE_WAREHOUSE``, else ``./fencedlake-warehouse``.
+
+    Raises:
+        InvalidOptionsError: a warehouse given with a configured catalog, or a warehouse that is not local.
+    """
+    properties = dict(properties or {})
+    if "" in properties:
+        raise InvalidOptionsError("an option key ends with '.': expected catalog.<key>")
+    if warehouse is not None and (name or properties):
+        raise InvalidOptionsError(
+            "option warehouse applies to the embedded default catalog only; with a configured catalog "
+            "set catalog.warehouse instead"
+        )
+    path = warehouse or os.environ.get(WAREHOUSE_ENV) or WAREHOUSE_DEFAULT
+    path = path[len("file://") :] if path.startswith("file://") else path
+    if "://" in path:
+        raise InvalidOptionsError(
+            f"warehouse {path!r} is invalid: the embedded catalog needs a local path; for object "
+            "storage configure a catalog (catalog.type, catalog.uri, catalog.warehouse, ...)"
+        )
+    return CatalogConfig(name=name or None, properties=properties, warehouse=str(Path(path).expanduser().resolve()))
+
+
 @dataclass(frozen=True)
 class SinkOptions:
     """Validated sink options (see the README's option table).
 
     Attributes:
         table: Table identifier ``namespace.table`` (namespaces may nest: ``a.b.t``).
-        catalog_name: pyiceberg catalog name (``.pyiceberg.yaml`` / ``PYICEBERG_CATALOG__*``), or None.
-        catalog_properties: pyiceberg catalog properties from ``catalog.<key>`` options.
-        warehouse: Absolute warehouse path of the embedded default catalog.
+        catalog: Which catalog (``catalog``, ``catalog.<key>`` and ``warehouse`` options).
         create_table: Create the table (and namespace) from the DataFrame if missing.
         partition_by: Partition spec for a created table (``"day(ts), bucket(16, id)"``).
         table_properties: ``table.<prop>`` options: properties of a created table.
@@ -90,9 +174,7 @@ class SinkOptions:
     """
 
     table: str
-    catalog_name: str | None = None
-    catalog_properties: Mapping[str, str] = field(default_factory=dict)
-    warehouse: str = ""
+    catalog: CatalogConfig = field(default_factory=CatalogConfig)
     create_table: bool = CREATE_TABLE_DEFAULT
     partition_by: str = PARTITION_BY_DEFAULT
     table_properties: Mapping[str, str] = field(default_factory=dict)
@@ -103,15 +185,9 @@ class SinkOptions:
     commit_max_group_size: int = COMMIT_MAX_GROUP_SIZE_DEFAULT
     failpoints: str = ""
 
-    @property
-    def embedded(self) -> bool:
-        """True when the embedded default catalog (SQLite + local warehouse) is used."""
-        return self.catalog_name is None and not self.catalog_properties
-
     def __repr__(self) -> str:
         return (
-            f"SinkOptions(table={self.table!r}, catalog={self.catalog_name!r}, "
-            f"catalog_properties={redact(self.catalog_properties)}, warehouse={self.warehouse!r}, "
+            f"SinkOptions(table={self.table!r}, catalog={self.catalog!r}, "
             f"writer_id={self.writer_id!r}, batch_id={self.batch_id!r})"
         )
 
@@ -146,6 +222,11 @@ def _table_name(options: Mapping[str, str]) -> str:
     name = (table or path or "").strip()
     if not name:
         raise InvalidOptionsError('no table given: use .save("namespace.table") or .option("table", "namespace.table")')
+    return validate_table_name(name)
+
+
+def validate_table_name(name: str) -> str:
+    """Return ``name`` if it is ``namespace.table`` (namespaces may nest), else raise InvalidOptionsError."""
     parts = name.split(".")
     if len(parts) < 2 or not all(_IDENT.fullmatch(p) for p in parts):
         raise InvalidOptionsError(
@@ -174,19 +255,7 @@ def parse_options(options: Mapping[str, str], *, streaming: bool = False) -> Sin
     }
     if "" in catalog_properties or "" in table_properties:
         raise InvalidOptionsError("an option key ends with '.': expected catalog.<key> or table.<property>")
-    catalog_name = opts.get(CATALOG) or None
-    if WAREHOUSE in opts and (catalog_name or catalog_properties):
-        raise InvalidOptionsError(
-            "option warehouse applies to the embedded default catalog only; with a configured catalog "
-            "set catalog.warehouse instead"
-        )
-    warehouse = opts.get(WAREHOUSE) or os.environ.get(WAREHOUSE_ENV) or WAREHOUSE_DEFAULT
-    warehouse = warehouse[len("file://") :] if warehouse.startswith("file://") else warehouse
-    if "://" in warehouse:
-        raise InvalidOptionsError(
-            f"warehouse {warehouse!r} is invalid: the embedded catalog needs a local path; for object "
-            "storage configure a catalog (catalog.type, catalog.uri, catalog.warehouse, ...)"
-        )
+    catalog = catalog_config(opts.get(CATALOG), catalog_properties, opts.get(WAREHOUSE))
     writer_id = opts.get(WRITER_ID)
     if writer_id is not None:
         validate_writer_id(writer_id)
@@ -210,9 +279,7 @@ def parse_options(options: Mapping[str, str], *, streaming: bool = False) -> Sin
             raise InvalidOptionsError(f"option {TEST_FAILPOINTS} is invalid: {e}") from e
     return SinkOptions(
         table=_table_name(opts),
-        catalog_name=catalog_name,
-        catalog_properties=catalog_properties,
-        warehouse=str(Path(warehouse).expanduser().resolve()),
+        catalog=catalog,
         create_table=_bool(opts, CREATE_TABLE, CREATE_TABLE_DEFAULT),
         partition_by=opts.get(PARTITION_BY, PARTITION_BY_DEFAULT),
         table_properties=table_properties,

@@ -1,7 +1,7 @@
 """Crash at every protocol step, then recover: the kill-and-recover matrix (I1-I7).
 
 A victim writer process runs the real driver + executor code (``python -m
-tests.sinkutil``) with one fail point armed ``crash`` (``os._exit(86)``: no
+pyspark_fenced_sink.testing.harness``) with one fail point armed ``crash`` (``os._exit(86)``: no
 ``finally``, no ``abort()``, exactly what ``kill -9`` leaves behind). Then the
 next writer — a peer's ordinary write, or ``fencedlake recover`` — must finish
 whatever the victim made durable, and a re-run of the victim's batch (same
@@ -22,11 +22,9 @@ from typing import Any
 import pytest
 
 from pyspark_fenced_sink import failpoints
-from pyspark_fenced_sink.catalogs import commit_context, embedded_catalog
-from pyspark_fenced_sink.options import parse_options
-from pyspark_fenced_sink.reconcile import Outcome
-from tests.sinkutil import DURABLE_AT, rows, sink_write, table_ids
-from tests.table_invariants import check_table, pending_after_recover
+from pyspark_fenced_sink.protocol.reconcile import Outcome
+from pyspark_fenced_sink.testing.harness import DURABLE_AT, open_target, rows, sink_write, table_ids
+from pyspark_fenced_sink.testing.invariants import check_table, pending_after_recover
 
 ROOT = Path(__file__).resolve().parents[1]
 TABLE = "db.crash"
@@ -41,7 +39,17 @@ def _victim(wh: str, point: str, action: str, **options: Any) -> subprocess.Comp
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     env.pop("FENCEDLAKE_FAILPOINTS", None)
     return subprocess.run(
-        [sys.executable, "-m", "tests.sinkutil", wh, TABLE, "victim", "1000", "50", json.dumps(opts)],
+        [
+            sys.executable,
+            "-m",
+            "pyspark_fenced_sink.testing.harness",
+            wh,
+            TABLE,
+            "victim",
+            "1000",
+            "50",
+            json.dumps(opts),
+        ],
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -52,8 +60,7 @@ def _victim(wh: str, point: str, action: str, **options: Any) -> subprocess.Comp
 
 
 def _ctx(wh: str) -> Any:
-    opts = parse_options({"warehouse": wh, "table": TABLE})
-    return commit_context(embedded_catalog(wh), opts)
+    return open_target(wh, TABLE).ctx
 
 
 def _assert_invariants(wh: str) -> None:
@@ -134,7 +141,7 @@ def test_zombie_victim_restarted_elsewhere_is_fenced(wh: str) -> None:
 def test_restarted_stream_run_replaying_a_committed_batch_keeps_going(wh: str) -> None:
     """Spark died after the sink committed batch 0, before its commit log: the next run replays batch 0
     (a duplicate, and its epoch claim) and must then commit batch 1 — not be fenced by the dead run."""
-    from tests.sinkutil import stream_batch
+    from pyspark_fenced_sink.testing.harness import stream_batch
 
     first = stream_batch(wh, TABLE, "orders", 0, rows("orders", 100, 3), run="run-a", query="q")
     assert first.outcome is Outcome.APPLIED

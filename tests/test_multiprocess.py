@@ -1,7 +1,7 @@
 """32+ OS processes commit to one table on the embedded default at once.
 
 Each process runs the sink's real driver and executor code (``python -m
-tests.sinkutil``) and makes several writes; a start file releases them all
+pyspark_fenced_sink.testing.harness``) and makes several writes; a start file releases them all
 together so their commits really contend on the SQLite catalog and the WAL.
 Every row must land exactly once, no error may reach a writer (no 409
 conflict surfaces), and I1-I7 hold on what is left behind. Group commit must
@@ -19,10 +19,10 @@ from typing import Any
 
 import pytest
 
-from pyspark_fenced_sink.catalogs import commit_context, embedded_catalog
-from pyspark_fenced_sink.options import parse_options
-from tests.sinkutil import rows, sink_write, table_ids
-from tests.table_invariants import check_table
+from pyspark_fenced_sink.iceberg.catalogs import open_table
+from pyspark_fenced_sink.options import catalog_config
+from pyspark_fenced_sink.testing.harness import rows, sink_write, table_ids
+from pyspark_fenced_sink.testing.invariants import check_table
 
 ROOT = Path(__file__).resolve().parents[1]
 TABLE = "db.many"
@@ -37,7 +37,7 @@ def _spawn(wh: str, i: int, start_file: Path) -> subprocess.Popen[str]:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "FENCEDLAKE_TEST_START": str(start_file)}
     args = [wh, TABLE, f"p{i}", str(i * 10_000), str(ROWS), json.dumps(opts), str(WRITES)]
     return subprocess.Popen(
-        [sys.executable, "-m", "tests.sinkutil", *args],
+        [sys.executable, "-m", "pyspark_fenced_sink.testing.harness", *args],
         cwd=ROOT,
         env=env,
         stdout=subprocess.PIPE,
@@ -66,7 +66,7 @@ def test_many_processes_commit_every_row_exactly_once(tmp_path: Path) -> None:
     assert {r["outcome"] for r in results} == {"APPLIED"}
     expected = [-1] + [i * 10_000 + k for i in range(PROCESSES) for k in range(WRITES * ROWS)]
     assert table_ids(wh, TABLE) == sorted(expected)
-    ctx = commit_context(embedded_catalog(wh), parse_options({"warehouse": wh, "table": TABLE}))
+    ctx = open_table(catalog_config(warehouse=wh), TABLE).ctx
     table = ctx.port.table(ctx.port.load())
     assert check_table(table, ctx.wal, lambda p: Path(p.removeprefix("file://")).exists()) == []
     catalog_commits = sum(r["catalog_commits"] for r in results)

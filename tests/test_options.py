@@ -7,14 +7,15 @@ from pathlib import Path
 import pytest
 
 from pyspark_fenced_sink.errors import InvalidOptionsError
-from pyspark_fenced_sink.naming import validate_writer_id
 from pyspark_fenced_sink.options import (
     COMMIT_MAX_GROUP_SIZE_DEFAULT,
     COMMIT_MAX_WAIT_MS_DEFAULT,
     WAREHOUSE_ENV,
+    CatalogConfig,
     SinkOptions,
     parse_options,
     redact,
+    validate_writer_id,
 )
 
 
@@ -40,9 +41,7 @@ def test_minimal_options_take_every_default(tmp_path: Path) -> None:
     opts = parse_options({"table": "db.events"})
     assert opts == SinkOptions(
         table="db.events",
-        catalog_name=None,
-        catalog_properties={},
-        warehouse=str(tmp_path.resolve() / "fencedlake-warehouse"),
+        catalog=CatalogConfig(name=None, properties={}, warehouse=str(tmp_path.resolve() / "fencedlake-warehouse")),
         create_table=True,
         partition_by="",
         table_properties={},
@@ -54,7 +53,7 @@ def test_minimal_options_take_every_default(tmp_path: Path) -> None:
         failpoints="",
     )
     assert (COMMIT_MAX_WAIT_MS_DEFAULT, COMMIT_MAX_GROUP_SIZE_DEFAULT) == (300_000, 1000)
-    assert opts.embedded is True
+    assert opts.catalog.embedded is True
 
 
 def test_every_option_key_is_parsed(tmp_path: Path) -> None:
@@ -79,8 +78,8 @@ def test_every_option_key_is_parsed(tmp_path: Path) -> None:
         }
     )
     assert opts.table == "a.b.events"
-    assert opts.catalog_name == "prod"
-    assert opts.catalog_properties == {"uri": "http://rest:8181", "s3.endpoint": "http://minio:9000"}
+    assert opts.catalog.name == "prod"
+    assert opts.catalog.properties == {"uri": "http://rest:8181", "s3.endpoint": "http://minio:9000"}
     assert opts.create_table is False
     assert opts.partition_by == "day(ts), bucket(16, id)"
     assert opts.table_properties == {"write.parquet.compression-codec": "zstd"}
@@ -90,15 +89,17 @@ def test_every_option_key_is_parsed(tmp_path: Path) -> None:
     assert opts.commit_max_wait_ms == 1
     assert opts.commit_max_group_size == 7
     assert opts.failpoints == "commit.after-wal-put=raise@2"
-    assert opts.embedded is False
+    assert opts.catalog.embedded is False
 
 
 def test_warehouse_from_option_env_and_file_uri(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The option wins over FENCEDLAKE_WAREHOUSE; ``file://`` is stripped; the path is made absolute."""
     monkeypatch.setenv(WAREHOUSE_ENV, str(tmp_path / "from-env"))
-    assert parse_options({"table": "db.t"}).warehouse == str(tmp_path / "from-env")
-    assert parse_options({"table": "db.t", "warehouse": f"file://{tmp_path}/opt"}).warehouse == str(tmp_path / "opt")
-    assert parse_options({"table": "db.t", "warehouse": "rel/wh"}).warehouse == str(tmp_path.resolve() / "rel/wh")
+    assert parse_options({"table": "db.t"}).catalog.warehouse == str(tmp_path / "from-env")
+    from_uri = parse_options({"table": "db.t", "warehouse": f"file://{tmp_path}/opt"})
+    assert from_uri.catalog.warehouse == str(tmp_path / "opt")
+    relative = parse_options({"table": "db.t", "warehouse": "rel/wh"})
+    assert relative.catalog.warehouse == str(tmp_path.resolve() / "rel/wh")
 
 
 def test_none_values_are_ignored() -> None:
@@ -291,7 +292,7 @@ def test_options_repr_and_errors_never_show_secrets() -> None:
         "catalog.token": "eyJhbGciOi",
     }
     opts = parse_options(secret_options)
-    assert opts.catalog_properties["s3.secret-access-key"] == "wJalrXUtnFEMI"  # usable, just never shown
+    assert opts.catalog.properties["s3.secret-access-key"] == "wJalrXUtnFEMI"  # usable, just never shown
     for shown in (repr(opts), str(opts)):
         assert [s for s in ("wJalrXUtnFEMI", "pg-pass", "eyJhbGciOi") if s in shown] == []
         assert "postgresql://fl:****@db/cat" in shown

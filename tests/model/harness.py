@@ -21,15 +21,16 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from pyspark_fenced_sink.commit import CommitContext, TableView, recover
 from pyspark_fenced_sink.errors import CommitOutcomeUnknownError, FencedWriterError, WriteRejectedError
-from pyspark_fenced_sink.fencing import WriterIdentity, open_writer, stream_epoch
-from pyspark_fenced_sink.maintenance import collectable, expire_writes, truncate_wal
-from pyspark_fenced_sink.naming import FileTag
-from pyspark_fenced_sink.reconcile import Outcome
-from pyspark_fenced_sink.storage import MemoryStore
-from pyspark_fenced_sink.wal import TOKEN_CHARS, Wal, WalEntry, decode_entry, seq_of
-from pyspark_fenced_sink.writes import data_entry, finish_write
+from pyspark_fenced_sink.ops.gc import collectable, expire_writes, truncate_wal
+from pyspark_fenced_sink.protocol.commit import CommitContext, TableView, recover
+from pyspark_fenced_sink.protocol.fencing import WriterIdentity, open_writer, stream_epoch
+from pyspark_fenced_sink.protocol.filetag import FileTag
+from pyspark_fenced_sink.protocol.layout import seq_of
+from pyspark_fenced_sink.protocol.outcome import data_entry, finish_write
+from pyspark_fenced_sink.protocol.reconcile import Outcome
+from pyspark_fenced_sink.protocol.wal import TOKEN_CHARS, Wal, WalEntry, decode_entry
+from pyspark_fenced_sink.store.memory import MemoryStore
 
 from .memory_port import MemoryTable, MemoryTablePort
 from .sched import Scheduler

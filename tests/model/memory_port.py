@@ -14,10 +14,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from pyspark_fenced_sink.commit import CommitConflict, CommitUnknown, TableView
-from pyspark_fenced_sink.reconcile import ReconcilePlan
-from pyspark_fenced_sink.state import CommitRecord, CommittedState
-from pyspark_fenced_sink.wal import WalEntry
+from pyspark_fenced_sink.protocol.commit import CommitConflict, CommitUnknown, TableView
+from pyspark_fenced_sink.protocol.reconcile import ReconcilePlan
+from pyspark_fenced_sink.protocol.state import CommitRecord, CommittedState
+from pyspark_fenced_sink.protocol.wal import WalEntry
 
 
 @dataclass

@@ -12,7 +12,7 @@ that mirror with the real table at the end.
 
 ``rebase_on_conflict`` swaps the one-shot catalog request for pyiceberg's own
 ``Transaction.commit_transaction`` retry — the real library behaviour the
-protocol must avoid (DESIGN.md, "pyiceberg's own commit retry").
+protocol must avoid (docs/PROTOCOL.md §12, "pyiceberg's built-in commit retry").
 """
 
 from __future__ import annotations
@@ -27,13 +27,13 @@ from pyiceberg.table import Table, Transaction
 from pyiceberg.typedef import Record
 from pyiceberg.types import LongType, NestedField
 
-from pyspark_fenced_sink.catalogs import embedded_catalog
-from pyspark_fenced_sink.commit import CommitUnknown, TableView
-from pyspark_fenced_sink.datafiles import encode_data_file
-from pyspark_fenced_sink.iceberg_table import IcebergTablePort
-from pyspark_fenced_sink.reconcile import ReconcilePlan
-from pyspark_fenced_sink.state import STATE_PROPERTY, CommitRecord, CommittedState
-from pyspark_fenced_sink.wal import WalEntry
+from pyspark_fenced_sink.iceberg.catalogs import embedded_catalog
+from pyspark_fenced_sink.iceberg.datafiles import encode_data_file
+from pyspark_fenced_sink.iceberg.table_port import IcebergTablePort
+from pyspark_fenced_sink.protocol.commit import CommitUnknown, TableView
+from pyspark_fenced_sink.protocol.reconcile import ReconcilePlan
+from pyspark_fenced_sink.protocol.state import STATE_PROPERTY, CommitRecord, CommittedState
+from pyspark_fenced_sink.protocol.wal import WalEntry
 
 from .harness import Env
 

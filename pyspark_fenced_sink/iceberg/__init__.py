@@ -1,0 +1,1 @@
+"""The Iceberg adapter: catalogs, the catalog commit port, schemas, partition specs, data-file codec."""

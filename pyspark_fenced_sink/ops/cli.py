@@ -1,0 +1,312 @@
+"""The ``fencedlake`` operator CLI: status, wal, recover, gc, fence (PROTOCOL.md §7-§8).
+
+It takes the same catalog configuration as the sink: the embedded default
+(``--warehouse``, else ``$FENCEDLAKE_WAREHOUSE``, else ``./fencedlake-warehouse``),
+a named pyiceberg catalog (``--catalog NAME``), or pyiceberg properties
+(``--catalog-prop key=value``, repeatable). Every command prints a readable
+table, or JSON with ``--json``. Exit status: 0 done, 2 bad input or a table
+that cannot be read (the message says which object and what to do), 1 an
+unexpected failure. Nothing here takes a lock: every change goes through the
+protocol (a WAL barrier and a catalog commit), so it is safe while writers run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from dataclasses import asdict
+from typing import Any
+
+from pyspark_fenced_sink.errors import FencedLakeError
+
+__all__ = ["main"]
+
+_DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def _duration(text: str) -> float:
+    """``90s``, ``30m``, ``24h``, ``7d`` (or plain seconds) -> seconds."""
+    raw = text.strip().lower()
+    unit = _DURATION_UNITS.get(raw[-1:])
+    number = raw[:-1] if unit else raw
+    try:
+        value = float(number) * (unit or 1)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a duration: expected e.g. 90s, 30m, 24h, 7d") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: a duration cannot be negative")
+    return value
+
+
+#: Command -> (one-line help, description). Every command takes the table as its first argument.
+_HELP = {
+    "status": (
+        "committed upper, pending entries, writers, recent commits",
+        "Show the committed upper, pending WAL entries (and what the next commit would do with each), every "
+        "writer's epoch and last batch id, and recent commits with latency, group size, conflicts absorbed and "
+        "fences.",
+    ),
+    "wal": (
+        "WAL entries from a position, each with its classification",
+        "List WAL entries from --from on: below the upper (reconciled; the outcome recorded for it), at or above "
+        "(pending; what the next commit would decide).",
+    ),
+    "recover": (
+        "apply every pending entry now",
+        "Reconcile and commit every pending WAL entry now (what the next writer would do), and report what each "
+        "commit decided.",
+    ),
+    "gc": (
+        "truncate the WAL, remove orphan files, expire snapshots",
+        "Expire anonymous writes older than the grace period (a WAL barrier), delete WAL entries below the "
+        "committed upper, remove orphan data files that no snapshot or pending entry references and no future "
+        "entry can (aborted tasks, duplicate replays, fenced writers) once older than the grace period, and "
+        "optionally expire old snapshots (the committed state is a table property and survives). --dry-run lists "
+        "what would go.",
+    ),
+    "fence": (
+        "fence every running incarnation of a writer",
+        "Put a fence barrier for WRITER_ID and commit it: every running incarnation of that writer gets "
+        "FencedWriterError at its next commit and lands nothing after it.",
+    ),
+}
+
+
+def _command(sub: Any, name: str, common: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    help_text, description = _HELP[name]
+    parser: argparse.ArgumentParser = sub.add_parser(name, parents=[common], help=help_text, description=description)
+    parser.add_argument("table")
+    return parser
+
+
+def _parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--catalog", help="a catalog configured the pyiceberg way (.pyiceberg.yaml, PYICEBERG_CATALOG__*)"
+    )
+    common.add_argument(
+        "--catalog-prop",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a pyiceberg catalog property (type, uri, warehouse, s3.endpoint, ...); repeatable",
+    )
+    common.add_argument("--warehouse", help="embedded default catalog's warehouse directory")
+    common.add_argument("--json", action="store_true", help="machine-readable JSON output")
+    parser = argparse.ArgumentParser(
+        prog="fencedlake",
+        description="Inspect and maintain Iceberg tables written by the fencedlake sink. Safe while writers run.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    commands = {name: _command(sub, name, common) for name in _HELP}
+    commands["status"].add_argument("--commits", type=int, default=10, help="recent commits to show (default 10)")
+    p = commands["wal"]
+    p.add_argument("--from", dest="start", type=int, default=0, help="first position (default 0)")
+    p.add_argument("--limit", type=int, default=100, help="entries to show (default 100)")
+    p = commands["gc"]
+    p.add_argument(
+        "--grace",
+        type=_duration,
+        default=_duration("24h"),
+        help="minimum age of removed files and expired writes (default 24h)",
+    )
+    p.add_argument(
+        "--expire-snapshots-older-than",
+        type=_duration,
+        default=None,
+        metavar="DURATION",
+        help="also expire snapshots older than this (default: keep all snapshots)",
+    )
+    p.add_argument("--retain-last", type=int, default=10, help="snapshots always kept when expiring (default 10)")
+    p.add_argument("--dry-run", action="store_true", help="list what would be removed, change nothing")
+    commands["fence"].add_argument("writer_id")
+    return parser
+
+
+def _open(args: argparse.Namespace) -> Any:
+    """The table the command names, opened with one catalog read (an ``OpenedTable``)."""
+    from pyspark_fenced_sink.iceberg.catalogs import open_table
+    from pyspark_fenced_sink.options import catalog_config, validate_table_name
+
+    properties = {}
+    for prop in args.catalog_prop:
+        key, sep, value = prop.partition("=")
+        if not sep or not key:
+            raise FencedLakeError(f"--catalog-prop {prop!r}: expected KEY=VALUE")
+        properties[key] = value
+    config = catalog_config(args.catalog, properties, args.warehouse)
+    return open_table(config, validate_table_name(args.table))
+
+
+def _progress(label: str, done: int, total: int) -> None:
+    if sys.stderr.isatty() or done == total or done % 500 == 0:
+        end = "\n" if done == total or not sys.stderr.isatty() else ""
+        print(f"\r[fencedlake] {label}: {done}/{total}", end=end, file=sys.stderr, flush=True)
+
+
+def _print_table(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> None:
+    if not rows:
+        print("  (none)")
+        return
+    cells = [[("" if r.get(c) is None else str(r.get(c))) for c in columns] for r in rows]
+    widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(columns)]
+    print("  " + "  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)))
+    for row in cells:
+        print("  " + "  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)))
+
+
+def _emit(args: argparse.Namespace, body: dict[str, Any], sections: Sequence[tuple[str, str, Sequence[str]]]) -> None:
+    """Print ``body`` as JSON, or its scalar fields then each (title, key, columns) section as a table."""
+    if args.json:
+        print(json.dumps(body, indent=2, sort_keys=True, default=str))
+        return
+    listed = {key for _, key, _ in sections}
+    for key, value in body.items():
+        if key not in listed:
+            print(f"{key}: {value}")
+    for title, key, columns in sections:
+        print(f"{title}:")
+        _print_table(body[key], columns)
+
+
+_ENTRY_COLUMNS = ("seq", "position", "outcome", "kind", "writer", "epoch", "batch", "mode", "files", "rows")
+
+
+def _cmd_status(args: argparse.Namespace) -> int:
+    from pyspark_fenced_sink.ops.inspect import recent_commits, wal_rows
+
+    opened = _open(args)
+    ctx, view = opened.ctx, opened.view
+    table = ctx.port.table(view)
+    state = view.state
+    entries = wal_rows(ctx, view, state.upper, limit=10_000)
+    body = {
+        "table": args.table,
+        "committed_upper": state.upper,
+        "expired_before": state.expired_before,
+        "wal_below_upper": len([s for s in ctx.wal.scan(0) if s < state.upper]),
+        "pending": len(entries),
+        "writers": [{"writer": w, **asdict(s)} for w, s in sorted(state.writers.items())],
+        "pending_entries": entries,
+        "recent_commits": recent_commits(table, args.commits),
+    }
+    _emit(
+        args,
+        body,
+        [
+            ("writers", "writers", ("writer", "epoch", "last_batch", "run", "query")),
+            ("pending entries", "pending_entries", _ENTRY_COLUMNS),
+            (
+                "recent commits",
+                "recent_commits",
+                (
+                    "snapshot_id",
+                    "operation",
+                    "seqs",
+                    "latency_ms",
+                    "attempts",
+                    "conflicts",
+                    "group",
+                    "applied",
+                    "helped",
+                    "fences",
+                    "added_rows",
+                ),
+            ),
+        ],
+    )
+    return 0
+
+
+def _cmd_wal(args: argparse.Namespace) -> int:
+    from pyspark_fenced_sink.ops.inspect import wal_rows
+
+    opened = _open(args)
+    ctx, view = opened.ctx, opened.view
+    body = {
+        "table": args.table,
+        "committed_upper": view.state.upper,
+        "entries": wal_rows(ctx, view, args.start, limit=args.limit),
+    }
+    _emit(args, body, [("entries", "entries", _ENTRY_COLUMNS)])
+    return 0
+
+
+def _cmd_recover(args: argparse.Namespace) -> int:
+    from pyspark_fenced_sink.protocol.commit import recover
+
+    ctx = _open(args).ctx
+    before = ctx.port.load().state.upper
+    records = recover(ctx)
+    commits = [{"seqs": f"{r.first}-{r.last}", "outcomes": "".join(o for _, o in r.outcomes)} for r in records]
+    body = {
+        "table": args.table,
+        "upper_before": before,
+        "committed_upper": ctx.port.load().state.upper,
+        "catalog_commits": len(records),
+        "commits": commits,
+    }
+    _emit(args, body, [("commits", "commits", ("seqs", "outcomes"))])
+    return 0
+
+
+def _cmd_gc(args: argparse.Namespace) -> int:
+    from pyspark_fenced_sink.ops.gc import gc
+
+    ctx = _open(args).ctx
+    report = gc(
+        ctx,
+        grace_s=args.grace,
+        dry_run=args.dry_run,
+        snapshots_older_than_s=args.expire_snapshots_older_than,
+        retain_last=args.retain_last,
+        progress=_progress,
+    )
+    body = {"table": args.table, **asdict(report)}
+    body["orphans"] = [{"path": p} for p in report.orphans]
+    body["snapshots_expired"] = [{"snapshot_id": s} for s in report.snapshots_expired]
+    _emit(
+        args,
+        body,
+        [
+            ("orphan files" + (" (would remove)" if args.dry_run else " (removed)"), "orphans", ("path",)),
+            ("snapshots expired", "snapshots_expired", ("snapshot_id",)),
+        ],
+    )
+    return 0
+
+
+def _cmd_fence(args: argparse.Namespace) -> int:
+    from pyspark_fenced_sink.options import validate_writer_id
+    from pyspark_fenced_sink.protocol.fencing import fence_writer
+
+    validate_writer_id(args.writer_id)
+    ctx = _open(args).ctx
+    epoch = fence_writer(ctx, args.writer_id)
+    body = {
+        "table": args.table,
+        "writer": args.writer_id,
+        "fenced_at_seq": epoch,
+        "committed_upper": ctx.port.load().state.upper,
+    }
+    _emit(args, body, [])
+    return 0
+
+
+_COMMANDS = {"status": _cmd_status, "wal": _cmd_wal, "recover": _cmd_recover, "gc": _cmd_gc, "fence": _cmd_fence}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI; returns the exit status."""
+    args = _parser().parse_args(argv)
+    try:
+        return _COMMANDS[args.command](args)
+    except FencedLakeError as e:
+        print(f"fencedlake {args.command}: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

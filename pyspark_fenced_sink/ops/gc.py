@@ -1,0 +1,226 @@
+"""Maintenance that is safe against concurrent appends (PROTOCOL.md §8; driver / CLI).
+
+Maintenance never takes a lock — appends run on other machines. It is safe
+because every step is ordered by the protocol itself:
+
+* **WAL truncation** deletes only positions below the committed upper (already
+  reconciled; their outcomes live in the commit records). A position deleted
+  this way can be created again by a writer with a stale view, but such an
+  entry is below the upper, so no plan ever reads it, and its writer detects
+  the reuse — its catalog commit fails the compare-and-swap, and the commit
+  record for that position carries another token (PROTOCOL.md §6).
+* **Orphan data files** are removed only when no future WAL entry can
+  reference them, which :func:`collectable` decides from the committed state
+  alone: a fenced epoch, a batch id at or below the writer's last applied
+  batch, or an anonymous write opened before ``gc``'s committed expiry mark
+  (an ``expire`` barrier — writes that reach the WAL after it are rejected).
+  In-flight writes match none of these, so their files are never collected.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from pyiceberg.exceptions import CommitFailedException
+
+from pyspark_fenced_sink import failpoints
+from pyspark_fenced_sink.protocol.commit import CommitContext, recover
+from pyspark_fenced_sink.protocol.fencing import new_token
+from pyspark_fenced_sink.protocol.filetag import FileTag
+from pyspark_fenced_sink.protocol.state import CommittedState, decode_record
+from pyspark_fenced_sink.protocol.wal import EntryKind, WalEntry, encoded_path
+from pyspark_fenced_sink.store.registry import open_filesystem
+
+__all__ = ["GcReport", "collectable", "expire_writes", "gc", "truncate_wal"]
+
+logger = logging.getLogger(__name__)
+
+
+def collectable(tag: FileTag, state: CommittedState) -> bool:
+    """True if no WAL entry reconciled after ``state`` can ever reference a file with ``tag``.
+
+    The caller must also check the file is referenced by no retained snapshot
+    and no pending entry (those were reconciled, or are pending, before).
+    """
+    if tag.ephemeral:
+        return tag.opened is not None and tag.opened < state.expired_before
+    current = state.writers.get(tag.writer)
+    if current is None:
+        return False
+    if tag.batch is not None and current.last_batch is not None and tag.batch <= current.last_batch:
+        return True
+    return tag.epoch is not None and tag.epoch < current.epoch
+
+
+def truncate_wal(ctx: CommitContext) -> int:
+    """Delete WAL entries below the committed upper; returns how many were deleted."""
+    return ctx.wal.truncate(ctx.port.load().state.upper)
+
+
+def expire_writes(ctx: CommitContext, before_upper: int) -> int:
+    """Put an ``expire`` barrier and reconcile through it; returns its seq.
+
+    Once it is reconciled, anonymous writes opened before ``before_upper``
+    that were not yet reconciled are rejected, so their files are collectable.
+    """
+    view = ctx.port.load()
+    entry = WalEntry(kind=EntryKind.EXPIRE, token=new_token(), writer="gc", expire_before=before_upper)
+    seq = ctx.wal.append(entry, start=view.state.upper)
+    recover(ctx)
+    return seq
+
+
+@dataclass
+class GcReport:
+    """What one ``gc`` run removed (or, with ``dry_run``, would remove)."""
+
+    dry_run: bool
+    expired_before: int | None = None
+    wal_truncated: int = 0
+    orphans: list[str] = field(default_factory=list)
+    orphan_bytes: int = 0
+    kept_young: int = 0
+    snapshots_expired: list[int] = field(default_factory=list)
+
+
+def _mtime_s(info: Mapping[str, Any]) -> float:
+    value = info.get("mtime", info.get("LastModified", info.get("last_modified")))
+    return value.timestamp() if hasattr(value, "timestamp") else float(value or 0)
+
+
+def _referenced(table: Any) -> set[str]:
+    """Every data file path any retained snapshot references (scheme-less, for comparison)."""
+    seen_manifests: set[str] = set()
+    paths: set[str] = set()
+    for snapshot in table.metadata.snapshots:
+        for manifest in snapshot.manifests(table.io):
+            if manifest.manifest_path in seen_manifests:
+                continue
+            seen_manifests.add(manifest.manifest_path)
+            for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=False):
+                paths.add(_bare(entry.data_file.file_path))
+    return paths
+
+
+def _expiry_mark(table: Any, cutoff_ms: int) -> int | None:
+    """The committed upper of the newest fencedlake snapshot older than ``cutoff_ms``."""
+    best: tuple[int, int] | None = None
+    for snapshot in table.metadata.snapshots:
+        record = decode_record(snapshot.summary.additional_properties if snapshot.summary else {})
+        if record is None or snapshot.timestamp_ms >= cutoff_ms:
+            continue
+        if best is None or snapshot.timestamp_ms > best[0]:
+            best = (snapshot.timestamp_ms, record.last + 1)
+    return None if best is None else best[1]
+
+
+def _expire_snapshots(ctx: CommitContext, older_than_ms: int, retain_last: int, dry_run: bool) -> list[int]:
+    """Expire snapshots older than ``older_than_ms`` except the newest ``retain_last`` (the state is a property)."""
+    for _ in range(5):
+        table = ctx.port.table(ctx.port.load())  # type: ignore[attr-defined]
+        newest = sorted(table.metadata.snapshots, key=lambda s: s.timestamp_ms)[-retain_last:] if retain_last else []
+        keep = {s.snapshot_id for s in newest}
+        ids = [
+            s.snapshot_id
+            for s in table.metadata.snapshots
+            if s.timestamp_ms < older_than_ms
+            and s.snapshot_id not in keep
+            and s.snapshot_id != table.metadata.current_snapshot_id
+        ]
+        if dry_run or not ids:
+            return ids
+        try:
+            table.maintenance.expire_snapshots().by_ids(ids).commit()
+            return ids
+        except CommitFailedException:
+            continue  # a writer committed meanwhile: recompute on the new metadata
+    return []
+
+
+def gc(
+    ctx: CommitContext,
+    *,
+    grace_s: float,
+    dry_run: bool = False,
+    snapshots_older_than_s: float | None = None,
+    retain_last: int = 10,
+    now: Callable[[], float] = time.time,
+    progress: Callable[[str, int, int], None] = lambda label, done, total: None,
+) -> GcReport:
+    """Expire stale anonymous writes, truncate the WAL, remove orphan data files, expire snapshots.
+
+    Order matters (PROTOCOL.md §8): the expiry barrier is committed first, then
+    the committed state and the retained snapshots are read, and only then are
+    data files listed — so a file listed is either referenced by what was read,
+    named by a pending entry read after it, or provably never referenced.
+    """
+    report = GcReport(dry_run=dry_run)
+    cutoff_ms = int((now() - grace_s) * 1000)
+    table = ctx.port.table(ctx.port.load())  # type: ignore[attr-defined]
+    mark = _expiry_mark(table, cutoff_ms)
+    state = ctx.port.load().state
+    if mark is not None and mark > state.expired_before:
+        report.expired_before = mark
+        if not dry_run:
+            expire_writes(ctx, mark)
+            failpoints.hit("gc.after-barrier")
+    if not dry_run:
+        report.wal_truncated = truncate_wal(ctx)
+    view = ctx.port.load()
+    table = ctx.port.table(view)  # type: ignore[attr-defined]
+    referenced = _referenced(table)
+    fs, root = open_filesystem(table.metadata.location, dict(getattr(table.io, "properties", {}) or {}))
+    listing = fs.find(f"{root.rstrip('/')}/data", detail=True) if fs.exists(f"{root.rstrip('/')}/data") else {}
+    pending = _pending_paths(ctx, view.state.upper)
+    judged = view.state
+    if dry_run and report.expired_before is not None:
+        judged = replace(judged, expired_before=report.expired_before)  # as if the barrier were committed
+    for path, info in sorted(listing.items()):
+        tag = FileTag.parse(os.path.basename(path))
+        if tag is None or path in referenced or path in pending:
+            continue
+        if not collectable(tag, judged):
+            continue
+        if _mtime_s(info) * 1000 >= cutoff_ms:
+            report.kept_young += 1
+            continue
+        report.orphans.append(path)
+        report.orphan_bytes += int(info.get("size", 0) or 0)
+    if not dry_run and report.orphans:
+        failpoints.hit("gc.before-delete")
+        for i, path in enumerate(report.orphans, 1):
+            fs.rm_file(path)
+            progress("removing orphan files", i, len(report.orphans))
+    if snapshots_older_than_s is not None:
+        older_ms = int((now() - snapshots_older_than_s) * 1000)
+        report.snapshots_expired = _expire_snapshots(ctx, older_ms, retain_last, dry_run)
+    logger.info(
+        "fencedlake: gc%s on %s: expired_before=%s wal_truncated=%d orphans=%d (%d bytes) snapshots_expired=%d",
+        " (dry run)" if dry_run else "",
+        ctx.port.name,
+        report.expired_before,
+        report.wal_truncated,
+        len(report.orphans),
+        report.orphan_bytes,
+        len(report.snapshots_expired),
+    )
+    return report
+
+
+def _pending_paths(ctx: CommitContext, upper: int) -> set[str]:
+    """Scheme-less paths of files named by entries at or above ``upper`` (not reconciled yet)."""
+    return {_bare(encoded_path(f)) for seq in ctx.wal.scan(upper) for f in _files(ctx, seq)}
+
+
+def _files(ctx: CommitContext, seq: int) -> Iterable[Mapping[str, Any]]:
+    entry = ctx.wal.read(seq)
+    return entry.files if entry is not None else ()
+
+
+def _bare(path: str) -> str:
+    return path.split("://", 1)[-1]

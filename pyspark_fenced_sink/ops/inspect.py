@@ -1,0 +1,99 @@
+"""Read-only views of a table's protocol state for the CLI (PROTOCOL.md §1, §5, §10).
+
+``wal_rows`` classifies WAL entries the way reconciliation does — below the
+committed upper: the outcome its commit record holds; at or above: what the
+next commit would decide (the pure ``reconcile`` on the current state, nothing
+committed). ``recent_commits`` decodes the commit records and metrics that
+every fencedlake snapshot carries in its summary.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pyspark_fenced_sink.protocol.commit import CommitContext, TableView
+from pyspark_fenced_sink.protocol.reconcile import Outcome, Position, position, reconcile
+from pyspark_fenced_sink.protocol.state import decode_record
+from pyspark_fenced_sink.protocol.wal import TOKEN_CHARS, WalEntry
+
+__all__ = ["recent_commits", "wal_rows"]
+
+
+def _row(seq: int, entry: WalEntry, where: Position, outcome: str | None) -> dict[str, Any]:
+    return {
+        "seq": seq,
+        "position": where.name.lower(),
+        "outcome": outcome,
+        "kind": entry.kind.value,
+        "writer": entry.writer,
+        "epoch": entry.epoch if entry.epoch is not None else ("claim" if entry.claims else None),
+        "batch": entry.batch,
+        "mode": entry.mode,
+        "files": len(entry.files),
+        "rows": entry.rows,
+        "token": entry.token[:TOKEN_CHARS],
+    }
+
+
+def wal_rows(ctx: CommitContext, view: TableView, start: int, *, limit: int) -> list[dict[str, Any]]:
+    """Up to ``limit`` WAL entries from ``start`` on, each with its position and (known or planned) outcome."""
+    upper = view.state.upper
+    seqs = ctx.wal.scan(start)[:limit]
+    entries = {s: e for s in seqs if (e := ctx.wal.read(s)) is not None}
+    pending = {s: e for s, e in entries.items() if s >= upper}
+    planned: dict[int, str] = {}
+    if pending:
+        # What the next commit would decide (reading every pending entry, not only those listed).
+        everything = {s: e for s in ctx.wal.scan(upper) if (e := entries.get(s) or ctx.wal.read(s)) is not None}
+        plan = reconcile(view.state, everything, max_group=len(everything) + 1, spec_id=view.spec_id)
+        planned = {upper + i: d.outcome.name for i, d in enumerate(plan.decisions)}
+    rows = []
+    for seq, entry in sorted(entries.items()):
+        where = position(seq, upper)
+        if where is Position.BELOW:
+            record = ctx.port.find_record(view, seq)
+            found = record.find(seq) if record is not None else None
+            if found is None:
+                outcome = "unknown (record expired)"
+            elif found[0] != entry.token[:TOKEN_CHARS]:
+                outcome = "not this entry (position reused after truncation)"
+            else:
+                outcome = Outcome(found[1]).name
+        else:
+            outcome = f"next commit: {planned[seq]}" if seq in planned else "waits (behind a gap or an overwrite)"
+        rows.append(_row(seq, entry, where, outcome))
+    return rows
+
+
+def recent_commits(table: Any, count: int) -> list[dict[str, Any]]:
+    """The newest ``count`` snapshots of the main branch, with fencedlake's commit record when present."""
+    out: list[dict[str, Any]] = []
+    metadata = table.metadata
+    snapshot = metadata.current_snapshot()
+    while snapshot is not None and len(out) < count:
+        summary = snapshot.summary.additional_properties if snapshot.summary else {}
+        record = decode_record(summary)
+        row: dict[str, Any] = {
+            "snapshot_id": snapshot.snapshot_id,
+            "timestamp_ms": snapshot.timestamp_ms,
+            "operation": snapshot.summary.operation.value if snapshot.summary else None,
+            "added_rows": summary.get("added-records"),
+            "seqs": None,
+        }
+        if record is not None:
+            m = record.metrics
+            row.update(
+                seqs=f"{record.first}-{record.last}",
+                latency_ms=m.get("lat"),
+                attempts=m.get("att"),
+                conflicts=m.get("conf"),
+                group=m.get("grp"),
+                applied=m.get("apl"),
+                helped=m.get("help"),
+                fences=sum(1 for _, o in record.outcomes if o == Outcome.FENCED.value),
+                barriers=sum(1 for _, o in record.outcomes if o == Outcome.BARRIER.value),
+            )
+        out.append(row)
+        parent = snapshot.parent_snapshot_id
+        snapshot = metadata.snapshot_by_id(parent) if parent is not None else None
+    return out

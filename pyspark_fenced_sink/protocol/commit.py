@@ -1,0 +1,390 @@
+"""The commit protocol loop (PROTOCOL.md §3-§6, steps 3-6; driver).
+
+``commit_entry`` takes one prepared WAL entry (the write's files are already
+durable) and returns only when that entry's outcome is known:
+
+3. put the entry with put-if-absent at the first free WAL position (``wal``);
+4. reconcile the pending entries from the committed upper on (``reconcile``);
+5. make ONE catalog commit that applies every pending entry it can — its own
+   and its peers' (group commit) — and advances the committed state, guarded
+   by a compare-and-swap on the table's current snapshot (``TablePort``);
+6. report the outcome: applied, duplicate (success), fenced or rejected
+   (errors); or, if the outcome cannot be known, CommitOutcomeUnknownError —
+   the entry stays durable and the next committer applies it.
+
+The loop is the only retry loop: pyiceberg's own commit retry is off (it
+rebases a stale commit onto the new snapshot and lands it). After a conflict
+the loop re-reads the committed state and re-plans; after an unknown commit
+outcome it re-reads and decides from what it finds — never a blind retry. A
+writer whose entry a peer reconciled finds the outcome in the peer's commit
+record and is done without a commit of its own.
+
+Catalog access goes through :class:`TablePort`; ``iceberg.table_port`` implements
+it over pyiceberg, and the model test over an in-memory register.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from pyspark_fenced_sink import failpoints
+from pyspark_fenced_sink.errors import CommitOutcomeUnknownError, CorruptControlDataError, FencedLakeError
+from pyspark_fenced_sink.options import COMMIT_MAX_GROUP_SIZE_DEFAULT, COMMIT_MAX_WAIT_MS_DEFAULT
+from pyspark_fenced_sink.protocol.reconcile import Outcome, Position, ReconcilePlan, position, reconcile
+from pyspark_fenced_sink.protocol.state import CommitRecord, CommittedState
+from pyspark_fenced_sink.protocol.wal import TOKEN_CHARS, EntryKind, Wal, WalEntry
+
+__all__ = [
+    "CommitConflict",
+    "CommitContext",
+    "CommitResult",
+    "CommitUnknown",
+    "TablePort",
+    "TableView",
+    "commit_entry",
+    "recover",
+]
+
+logger = logging.getLogger(__name__)
+
+
+class CommitConflict(Exception):
+    """The catalog rejected the commit: the table changed since the base view. Nothing landed."""
+
+
+class CommitUnknown(Exception):
+    """The catalog commit may or may not have landed (lost response, dropped connection)."""
+
+
+@dataclass(frozen=True)
+class TableView:
+    """A committed version of the table as one writer read it.
+
+    Attributes:
+        state: The fencedlake committed state in that version.
+        version: Changes with every catalog commit (e.g. the metadata location).
+        snapshot_id: The current snapshot id of the main branch, if any.
+        spec_id: The table's default partition spec id (None: not tracked).
+    """
+
+    state: CommittedState
+    version: str
+    snapshot_id: int | None = None
+    spec_id: int | None = None
+
+
+class TablePort(Protocol):
+    """The catalog side of the protocol: read the committed state, commit a plan."""
+
+    name: str
+
+    def load(self) -> TableView:
+        """Read the table's current committed version."""
+
+    def commit(
+        self, base: TableView, plan: ReconcilePlan, entries: Mapping[int, WalEntry], record: CommitRecord
+    ) -> TableView:
+        """Apply ``plan`` on top of ``base`` in one catalog commit.
+
+        Raises:
+            CommitConflict: the table is no longer at ``base`` (nothing landed).
+            CommitUnknown: the outcome is unknown.
+        """
+
+    def find_record(self, view: TableView, seq: int) -> CommitRecord | None:
+        """The commit record that reconciled ``seq``, searching back from ``view``."""
+
+
+@dataclass
+class CommitContext:
+    """Everything ``commit_entry`` needs; ``sleep``/``now``/``rng`` are injectable for tests."""
+
+    port: TablePort
+    wal: Wal
+    max_wait_s: float = COMMIT_MAX_WAIT_MS_DEFAULT / 1000
+    max_group: int = COMMIT_MAX_GROUP_SIZE_DEFAULT
+    backoff_base_s: float = 0.02
+    backoff_cap_s: float = 2.0
+    sleep: Callable[[float], None] = time.sleep
+    now: Callable[[], float] = time.monotonic
+    rng: random.Random = field(default_factory=random.Random)
+
+
+@dataclass(frozen=True)
+class CommitResult:
+    """The outcome of one entry and what it took.
+
+    Attributes:
+        seq: The WAL position of the entry (None if it was never written).
+        outcome: What reconciliation decided.
+        detail: Why, in words.
+        latency_ms: From the start of ``commit_entry`` to the known outcome.
+        attempts: Catalog commit attempts this writer made.
+        conflicts: Attempts rejected because a peer committed first.
+        unknowns: Attempts whose outcome was unknown (resolved by re-reading).
+        catalog_commits: Catalog commits this writer landed.
+        group: Positions reconciled by the commit that decided this entry, when this writer made it.
+        helped: Peers' entries this writer's commits applied.
+        by_peer: A peer's commit (or the committed state) decided this entry.
+    """
+
+    seq: int | None
+    outcome: Outcome
+    detail: str = ""
+    latency_ms: float = 0.0
+    attempts: int = 0
+    conflicts: int = 0
+    unknowns: int = 0
+    catalog_commits: int = 0
+    group: int = 0
+    helped: int = 0
+    by_peer: bool = False
+
+    def summary(self) -> str:
+        """A compact one-line form for logs."""
+        return (
+            f"seq={self.seq} outcome={self.outcome.name} latency_ms={self.latency_ms:.1f} attempts={self.attempts} "
+            f"conflicts={self.conflicts} unknowns={self.unknowns} group={self.group} helped={self.helped} "
+            f"by_peer={self.by_peer}"
+        )
+
+
+class _Progress:
+    """What one ``commit_entry`` call has done so far (the counters of its :class:`CommitResult`)."""
+
+    def __init__(self, t0: float) -> None:
+        self.t0 = t0
+        self.attempts = self.conflicts = self.unknowns = self.catalog_commits = self.helped = self.group = 0
+
+
+def _fenced_before_put(state: CommittedState, entry: WalEntry) -> str | None:
+    """Why ``entry`` is already fenced by the committed state (epochs only grow), or None."""
+    if entry.ephemeral or entry.epoch is None or entry.kind is not EntryKind.DATA:
+        return None
+    current = state.writers.get(entry.writer)
+    if current is not None and current.epoch > entry.epoch:
+        return (
+            f"writer {entry.writer!r} epoch {entry.epoch} was fenced by epoch {current.epoch} "
+            f"at WAL seq {current.epoch}"
+        )
+    return None
+
+
+def commit_entry(ctx: CommitContext, entry: WalEntry, *, view: TableView | None = None) -> CommitResult:
+    """Write ``entry`` to the WAL and return once its outcome is known (steps 3-6).
+
+    ``view`` is a committed version the caller has just read (saves one catalog read).
+    """
+    progress = _Progress(t0=ctx.now())
+    view = view or ctx.port.load()
+    fenced = _fenced_before_put(view.state, entry)
+    if fenced is not None:
+        return _finish(ctx, progress, None, Outcome.FENCED, fenced, by_peer=True)
+    failpoints.hit("commit.before-wal-put")
+    seq = ctx.wal.append(entry, start=view.state.upper)
+    failpoints.hit("commit.after-wal-put")
+    try:
+        return _drive(ctx, entry, seq, view, progress)
+    except (CommitOutcomeUnknownError, CorruptControlDataError, failpoints.FailPointError):
+        raise  # FailPointError: tests inject it to see exactly that exception arrive
+    except Exception as e:  # the entry is durable: any failure now leaves its outcome open (I1)
+        raise _unknown(
+            ctx,
+            seq,
+            f"is durable but its commit failed ({type(e).__name__}: {e}); the next commit on the table applies it "
+            f"exactly once: do not re-run the write blindly, look it up with "
+            f"`fencedlake wal {ctx.port.name} --from {seq} --limit 1`",
+        ) from e
+
+
+def _read_pending(ctx: CommitContext, upper: int, last: int | None, cache: dict[int, WalEntry]) -> dict[int, WalEntry]:
+    """Entries from ``upper`` on (to ``last``, or to the listed tail), reusing ``cache``."""
+    for s in [s for s in cache if s < upper]:
+        del cache[s]
+    seqs = range(upper, last + 1) if last is not None else ctx.wal.scan(upper)
+    pending: dict[int, WalEntry] = {}
+    for s in seqs:
+        if len(pending) > ctx.max_group:
+            break
+        entry = cache.get(s)
+        if entry is None:
+            entry = ctx.wal.read(s)
+            if entry is None:
+                break
+            cache[s] = entry
+        pending[s] = entry
+    return pending
+
+
+def _drive(ctx: CommitContext, entry: WalEntry, seq: int, view: TableView, progress: _Progress) -> CommitResult:
+    cache: dict[int, WalEntry] = {seq: entry}
+    known_last: int | None = seq  # first attempt: our own scan already covered [upper, seq]
+    deadline = progress.t0 + ctx.max_wait_s
+    waits = 0
+    while True:
+        if position(seq, view.state.upper) is Position.BELOW:
+            record = ctx.port.find_record(view, seq)
+            found = record.find(seq) if record is not None else None
+            if found is None:
+                raise _unknown(
+                    ctx,
+                    seq,
+                    "was reconciled but no commit record for it remains (snapshots expired); look it up with "
+                    f"`fencedlake wal {ctx.port.name} --from {seq} --limit 1`",
+                )
+            token, code = found
+            if token == entry.token[:TOKEN_CHARS]:
+                return _finish(
+                    ctx, progress, seq, Outcome(code), "decided by a peer's commit", by_peer=progress.unknowns == 0
+                )
+            # Our put landed in a position gc had already truncated: never reconciled. Put again.
+            seq = ctx.wal.append(entry, start=view.state.upper)
+            cache, known_last = {seq: entry}, seq
+            continue
+        pending = _read_pending(ctx, view.state.upper, known_last, cache)
+        known_last = None
+        plan = reconcile(view.state, pending, max_group=ctx.max_group, spec_id=view.spec_id)
+        mine = plan.decision_for(seq)
+        # Decided without applying anything up to it: the outcome is final at this version, so no commit is
+        # needed -- unless the entry claims an epoch (a replayed streaming batch of a new run): the claim must
+        # be committed, or the run's next batch would find the dead run still current and be fenced.
+        if (
+            mine is not None
+            and mine.outcome is not Outcome.APPLIED
+            and not plan.applied_before(seq)
+            and not entry.claims
+        ):
+            fresh = _reload(ctx, progress)
+            if fresh.version == view.version:
+                return _finish(ctx, progress, seq, mine.outcome, mine.detail, by_peer=False)
+            view = fresh
+            continue
+        if not plan.decisions:
+            # A position below ours is missing although later ones exist, or our view is stale.
+            waits += 1
+            if ctx.now() > deadline:
+                raise _unknown(
+                    ctx,
+                    seq,
+                    f"is durable but position {plan.state.upper} is missing; it will be applied once the gap is "
+                    f"resolved (see `fencedlake status {ctx.port.name}`)",
+                )
+            ctx.sleep(_backoff(ctx, waits))
+            view = _reload(ctx, progress)
+            continue
+        view, landed = _commit_plan(ctx, view, plan, pending, entry, progress)
+        if landed is not None and mine is not None:
+            return _finish(ctx, progress, seq, mine.outcome, mine.detail, by_peer=False)
+        if ctx.now() > deadline:
+            raise _unknown(
+                ctx,
+                seq,
+                f"is durable but was not applied within {ctx.max_wait_s:.0f}s; the next commit on the table "
+                "applies it exactly once",
+            )
+
+
+def _commit_plan(
+    ctx: CommitContext,
+    view: TableView,
+    plan: ReconcilePlan,
+    pending: Mapping[int, WalEntry],
+    entry: WalEntry,
+    progress: _Progress,
+) -> tuple[TableView, CommitRecord | None]:
+    """One catalog commit attempt: the view to continue from, and the record if it landed."""
+    progress.attempts += 1
+    ours = {s for s in plan.apply if pending[s].token == entry.token}
+    helped = len(plan.apply) - len(ours)
+    record = CommitRecord(
+        first=plan.base.upper,
+        outcomes=tuple((d.token[:TOKEN_CHARS], d.outcome.value) for d in plan.decisions),
+        metrics={
+            "lat": int((ctx.now() - progress.t0) * 1000),
+            "att": progress.attempts,
+            "conf": progress.conflicts,
+            "grp": len(plan.decisions),
+            "apl": len(plan.apply),
+            "help": helped,
+        },
+    )
+    try:
+        failpoints.hit("commit.before-catalog-commit")
+        new_view = ctx.port.commit(view, plan, pending, record)
+    except CommitConflict:
+        progress.conflicts += 1
+        ctx.sleep(_backoff(ctx, progress.conflicts))
+        return _reload(ctx, progress), None
+    except CommitUnknown:
+        progress.unknowns += 1
+        return _reload(ctx, progress), None
+    failpoints.hit("commit.after-catalog-commit")
+    progress.catalog_commits += 1
+    progress.helped += helped
+    progress.group = len(plan.decisions)
+    return new_view, record
+
+
+def _reload(ctx: CommitContext, progress: _Progress) -> TableView:
+    """Re-read the committed version, riding out a catalog outage (e.g. a database restart) until the deadline."""
+    failures = 0
+    while True:
+        try:
+            return ctx.port.load()
+        except FencedLakeError:
+            raise
+        except Exception:  # the catalog's database/transport errors: retry until the deadline
+            failures += 1
+            if ctx.now() > progress.t0 + ctx.max_wait_s:
+                raise
+            ctx.sleep(_backoff(ctx, failures))
+
+
+def _unknown(ctx: CommitContext, seq: int, why: str) -> CommitOutcomeUnknownError:
+    """The outcome-unknown error of WAL entry ``seq``: ``why`` continues "table T: WAL seq S ..."."""
+    return CommitOutcomeUnknownError(f"table {ctx.port.name}: WAL seq {seq} {why}", table=ctx.port.name, seq=seq)
+
+
+def _backoff(ctx: CommitContext, n: int) -> float:
+    """Exponential backoff with full jitter."""
+    return ctx.rng.uniform(0, min(ctx.backoff_cap_s, ctx.backoff_base_s * 2 ** min(n, 16)))
+
+
+def _finish(
+    ctx: CommitContext, progress: _Progress, seq: int | None, outcome: Outcome, detail: str, *, by_peer: bool
+) -> CommitResult:
+    p = progress
+    counts = (p.attempts, p.conflicts, p.unknowns, p.catalog_commits, p.group, p.helped)
+    result = CommitResult(seq, outcome, detail, (ctx.now() - p.t0) * 1000, *counts, by_peer)
+    logger.info("fencedlake commit table=%s %s", ctx.port.name, result.summary())
+    return result
+
+
+def recover(ctx: CommitContext) -> list[CommitRecord]:
+    """Reconcile and commit every pending entry now (what the next writer would do).
+
+    Returns the commit records of the commits this call landed, in order.
+    """
+    records: list[CommitRecord] = []
+    progress = _Progress(t0=ctx.now())
+    cache: dict[int, WalEntry] = {}
+    nobody = WalEntry(kind=EntryKind.DATA, token="", writer="")
+    view = ctx.port.load()
+    while ctx.now() <= progress.t0 + ctx.max_wait_s:
+        pending = _read_pending(ctx, view.state.upper, None, cache)
+        plan = reconcile(view.state, pending, max_group=ctx.max_group, spec_id=view.spec_id)
+        if not plan.decisions:
+            return records
+        view, landed = _commit_plan(ctx, view, plan, pending, nobody, progress)
+        if landed is not None:
+            records.append(landed)
+    raise CommitOutcomeUnknownError(
+        f"table {ctx.port.name}: recover could not commit within {ctx.max_wait_s:.0f}s "
+        f"({progress.conflicts} conflicts); the pending entries stay durable",
+        table=ctx.port.name,
+    )

@@ -1,0 +1,86 @@
+"""Data-file names that say who wrote them (PROTOCOL.md step 2; executors).
+
+Every Parquet file fencedlake writes is named from a :class:`FileTag`::
+
+    {kind}-{writer}~{epoch}~{opened}~{batch}~{task}-{attempt}-{nonce}.parquet
+
+``kind`` is ``w`` for a stable ``writer.id`` and ``a`` for the anonymous
+(ephemeral) writer a batch job gets without one; ``x`` stands for an unknown
+field. The nonce makes the name unique across tasks, attempts and writers.
+``gc`` parses names to decide, from the committed writer state alone, whether
+a file that no snapshot and no pending WAL entry references can ever be
+referenced again (PROTOCOL.md, "Orphan files"). Files whose names do not parse
+are never touched.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+from dataclasses import dataclass
+
+__all__ = ["FileTag"]
+
+_NAME = re.compile(
+    r"^(?P<kind>[wa])-(?P<writer>[A-Za-z0-9_.-]+)~(?P<epoch>\d+|x)~(?P<opened>\d+|x)~"
+    r"(?P<batch>\d+|x)~(?P<task>\d+)-(?P<attempt>\d+)-(?P<nonce>[0-9a-f]+)\.parquet$"
+)
+
+
+def _opt(value: int | None) -> str:
+    return "x" if value is None else str(value)
+
+
+def _parse_opt(text: str) -> int | None:
+    return None if text == "x" else int(text)
+
+
+@dataclass(frozen=True)
+class FileTag:
+    """Who wrote a data file: enough for ``gc`` to classify it safely.
+
+    Attributes:
+        writer: The writer id (stable or anonymous).
+        ephemeral: True for the anonymous writer of a batch job without ``writer.id``.
+        epoch: The writer's epoch when known at task time (batch writers), else None.
+        opened: The committed upper the writer saw when it opened.
+        batch: ``writer.batch-id`` or the streaming batch id, if any.
+        task: Spark partition id.
+        attempt: Spark task attempt id.
+        nonce: Random hex making the name unique.
+    """
+
+    writer: str
+    ephemeral: bool
+    epoch: int | None
+    opened: int | None
+    batch: int | None
+    task: int = 0
+    attempt: int = 0
+    nonce: str = ""
+
+    def file_name(self) -> str:
+        """The Parquet file name for this tag (a fresh nonce if none is set)."""
+        nonce = self.nonce or secrets.token_hex(8)
+        kind = "a" if self.ephemeral else "w"
+        return (
+            f"{kind}-{self.writer}~{_opt(self.epoch)}~{_opt(self.opened)}~{_opt(self.batch)}"
+            f"~{self.task}-{self.attempt}-{nonce}.parquet"
+        )
+
+    @classmethod
+    def parse(cls, file_name: str) -> FileTag | None:
+        """Parse a base name written by :meth:`file_name`; None for any other name."""
+        m = _NAME.match(file_name)
+        if m is None:
+            return None
+        return cls(
+            writer=m["writer"],
+            ephemeral=m["kind"] == "a",
+            epoch=_parse_opt(m["epoch"]),
+            opened=_parse_opt(m["opened"]),
+            batch=_parse_opt(m["batch"]),
+            task=int(m["task"]),
+            attempt=int(m["attempt"]),
+            nonce=m["nonce"],
+        )

@@ -1,0 +1,93 @@
+"""A write's driver-side lifecycle after its files exist (PROTOCOL.md steps 3-6; Spark-free).
+
+The Spark writers (``batch``, ``streaming``) and the model-based test call the
+same two functions, so the model exercises exactly what the sink runs:
+
+* :func:`data_entry` builds the WAL entry of a write;
+* :func:`finish_write` commits it and turns the outcome into the user-facing
+  result: success (applied, or a duplicate of an applied batch), or an error.
+  Files of an entry that will never be applied (duplicate, fenced, rejected)
+  are removed here — the outcome is final, so nothing can reference them.
+  Files of an entry whose outcome is unknown are never removed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict
+from typing import Any
+
+from pyspark_fenced_sink.errors import FencedWriterError, WriteRejectedError
+from pyspark_fenced_sink.protocol.commit import CommitContext, CommitResult, TableView, commit_entry
+from pyspark_fenced_sink.protocol.fencing import WriterIdentity, new_token
+from pyspark_fenced_sink.protocol.reconcile import Outcome
+from pyspark_fenced_sink.protocol.wal import EntryKind, WalEntry, WriteMode, encoded_path
+
+__all__ = ["data_entry", "finish_write", "raise_for_outcome"]
+
+_HINTS = {
+    Outcome.GAP: "the query's checkpoint was lost or swapped; restore it or use a new writer.id",
+    Outcome.QUERY_MISMATCH: "a writer.id belongs to one streaming query (checkpoint); use a new writer.id",
+    Outcome.EXPIRED: "the write outlived gc's grace period; rerun it (or raise gc's --grace for long jobs)",
+    Outcome.SPEC_CHANGED: "the table's partition spec changed while the write ran; rerun it",
+}
+
+
+def data_entry(
+    identity: WriterIdentity,
+    files: Sequence[Mapping[str, Any]],
+    *,
+    mode: WriteMode | str = WriteMode.APPEND,
+    batch: int | None = None,
+    query: str | None = None,
+    strict: bool = False,
+    rows: int = 0,
+    spec_id: int | None = None,
+) -> WalEntry:
+    """The data entry of a write by ``identity``."""
+    return WalEntry(
+        kind=EntryKind.DATA,
+        token=new_token(),
+        query=query,
+        batch=batch,
+        strict=strict,
+        mode=WriteMode(mode),
+        files=tuple(files),
+        rows=rows,
+        spec_id=spec_id,
+        **asdict(identity),  # writer, ephemeral, epoch, opened, run
+    )
+
+
+def raise_for_outcome(result: CommitResult, table: str) -> None:
+    """Raise the user-facing error for a failed outcome; return for success."""
+    if result.outcome.succeeded:
+        return
+    if result.outcome is Outcome.FENCED:
+        raise FencedWriterError(f"table {table}: {result.detail}; stop this incarnation (not retryable)")
+    raise WriteRejectedError(
+        f"table {table}: write rejected at WAL seq {result.seq}: {result.detail}; {_HINTS.get(result.outcome, '')}"
+    )
+
+
+def finish_write(
+    ctx: CommitContext,
+    entry: WalEntry,
+    remove_files: Callable[[Sequence[str]], None],
+    *,
+    view: TableView | None = None,
+) -> CommitResult:
+    """Commit ``entry`` and return its result, or raise for a failed outcome.
+
+    ``view`` is the table as the caller last read it (saves a catalog read).
+
+    Raises:
+        FencedWriterError: a newer incarnation of the writer opened first.
+        WriteRejectedError: batch gap, another query's writer.id, or expired by gc.
+        CommitOutcomeUnknownError: the entry is durable; its outcome is not known yet.
+    """
+    result = commit_entry(ctx, entry, view=view)
+    if result.outcome is not Outcome.APPLIED and entry.files:
+        remove_files([encoded_path(f) for f in entry.files])
+    raise_for_outcome(result, ctx.port.name)
+    return result

@@ -1,0 +1,143 @@
+"""The committed state and the commit records (PROTOCOL.md §4; driver).
+
+The committed state — the upper (every WAL position below it has been
+reconciled), each stable writer's epoch, run, query and last batch id, and the
+``gc`` expiry mark — is one JSON table property, ``fencedlake.state``, written
+in the same catalog commit as the data it describes. Table properties are part
+of the table metadata, not of a snapshot: they survive snapshot expiry and
+commits by other engines (which carry properties over unchanged).
+
+Each fencedlake commit also leaves a *commit record* in its snapshot summary:
+the range of WAL positions it reconciled and, for each, the first
+``TOKEN_CHARS`` characters of the entry's owner token and its outcome. A
+writer whose entry a peer reconciled finds its outcome there (PROTOCOL.md §6).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from pyspark_fenced_sink.errors import CorruptControlDataError
+from pyspark_fenced_sink.protocol.codec import MALFORMED, dumps, loads_versioned
+from pyspark_fenced_sink.protocol.wal import TOKEN_CHARS
+
+__all__ = [
+    "STATE_PROPERTY",
+    "CommitRecord",
+    "CommittedState",
+    "WriterState",
+    "decode_record",
+    "encode_record",
+]
+
+STATE_PROPERTY = "fencedlake.state"
+STATE_VERSION = 1
+SUMMARY_SEQS = "fencedlake.seqs"
+SUMMARY_OUTCOMES = "fencedlake.outcomes"
+SUMMARY_METRICS = "fencedlake.commit"
+
+
+@dataclass(frozen=True)
+class WriterState:
+    """What the table remembers about one stable writer id."""
+
+    epoch: int
+    run: str | None = None
+    query: str | None = None
+    last_batch: int | None = None
+
+
+@dataclass(frozen=True)
+class CommittedState:
+    """The reconciled prefix of the WAL, as committed to the catalog.
+
+    Attributes:
+        upper: Every WAL position ``< upper`` has been reconciled.
+        writers: Stable writer id -> its state.
+        expired_before: Anonymous writes opened before this upper are rejected.
+    """
+
+    upper: int = 0
+    writers: Mapping[str, WriterState] = field(default_factory=dict)
+    expired_before: int = 0
+
+    def encode(self) -> str:
+        """The value of the ``fencedlake.state`` property."""
+        writers = {w: {k: v for k, v in vars(s).items() if v is not None} for w, s in sorted(self.writers.items())}
+        body = {"v": STATE_VERSION, "upper": self.upper, "expired_before": self.expired_before, "writers": writers}
+        return dumps(body)
+
+    @classmethod
+    def decode(cls, text: str | None, where: str = "table") -> CommittedState:
+        """Parse the property value; None (never committed by fencedlake) is the empty state."""
+        if text is None:
+            return cls()
+        try:
+            body = loads_versioned(text, STATE_VERSION, f"{where}: property {STATE_PROPERTY}")
+            writers = {str(w): WriterState(**s) for w, s in body.get("writers", {}).items()}
+            return cls(upper=int(body["upper"]), writers=writers, expired_before=int(body.get("expired_before", 0)))
+        except MALFORMED as e:
+            raise CorruptControlDataError(
+                f"{where}: property {STATE_PROPERTY} is not a valid fencedlake state ({e}); "
+                "restore it from the previous metadata file (operator action)"
+            ) from e
+
+
+@dataclass(frozen=True)
+class CommitRecord:
+    """What one fencedlake catalog commit reconciled (kept in its snapshot summary).
+
+    Attributes:
+        first: First WAL position reconciled.
+        outcomes: For each position from ``first`` on: (token prefix, outcome code).
+        metrics: Compact commit metrics (latency, attempts, conflicts, group size, helped).
+    """
+
+    first: int
+    outcomes: tuple[tuple[str, str], ...]
+    metrics: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def last(self) -> int:
+        """Last WAL position reconciled (``first - 1`` if none)."""
+        return self.first + len(self.outcomes) - 1
+
+    def find(self, seq: int) -> tuple[str, str] | None:
+        """(token prefix, outcome code) recorded for ``seq``, or None if outside the range."""
+        if self.first <= seq <= self.last:
+            return self.outcomes[seq - self.first]
+        return None
+
+
+def encode_record(record: CommitRecord) -> dict[str, str]:
+    """Snapshot-summary properties for a commit record."""
+    metrics = ",".join(f"{k}={v}" for k, v in record.metrics.items())
+    return {
+        SUMMARY_SEQS: f"{record.first}-{record.last}",
+        SUMMARY_OUTCOMES: ",".join(f"{t[:TOKEN_CHARS]}:{o}" for t, o in record.outcomes),
+        SUMMARY_METRICS: metrics,
+    }
+
+
+def decode_record(summary: Mapping[str, str]) -> CommitRecord | None:
+    """The commit record in a snapshot summary, or None if it is not a fencedlake commit."""
+    seqs = summary.get(SUMMARY_SEQS)
+    if not seqs:
+        return None
+    try:
+        first, _, last = seqs.partition("-")
+        outcomes = tuple(_pairs(summary.get(SUMMARY_OUTCOMES, "")))
+        if int(last) - int(first) + 1 != len(outcomes):
+            raise ValueError(f"range {seqs} has {len(outcomes)} outcomes")
+        metrics = dict(p.split("=", 1) for p in filter(None, summary.get(SUMMARY_METRICS, "").split(",")))
+        return CommitRecord(first=int(first), outcomes=outcomes, metrics=metrics)
+    except ValueError as e:
+        raise CorruptControlDataError(f"snapshot summary has a malformed fencedlake commit record: {e}") from e
+
+
+def _pairs(text: str) -> Iterable[tuple[str, str]]:
+    for part in filter(None, text.split(",")):
+        token, _, code = part.partition(":")
+        yield token, code

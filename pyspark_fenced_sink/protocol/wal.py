@@ -1,0 +1,302 @@
+"""The write-ahead log: entry codec, key layout, put-if-absent append (PROTOCOL.md §3; driver).
+
+Every entry is one immutable object at ``wal/{seq:020d}.json`` under the
+table's control prefix, created with put-if-absent at the first free position
+after the tail the writer sees (``Wal.append``). A position is never
+overwritten; a writer that loses a position to a peer moves on to the new
+tail. The entry carries its writer's owner ``token``: a put answered "already
+exists" is resolved by reading the object back and comparing tokens (our own
+earlier attempt landed, or a peer's entry is there), never by guessing
+(invariant I7).
+
+Entry kinds:
+
+* ``data``   — a write's files (or none): append or overwrite, with the
+  writer identity, epoch (or a claim), batch id and run;
+* ``fence``  — a fence barrier: the writer's epoch becomes this entry's seq;
+  older epochs' entries after it are never applied (I4);
+* ``expire`` — ``gc``'s barrier: anonymous writes opened before
+  ``expire_before`` are rejected from here on (I6).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from enum import Enum
+from typing import Any
+
+from pyspark_fenced_sink.errors import CommitOutcomeUnknownError, CorruptControlDataError, StoreError
+from pyspark_fenced_sink.protocol.codec import MALFORMED, dumps, loads_versioned
+from pyspark_fenced_sink.protocol.layout import WAL_PREFIX, run_key, seq_of, wal_key
+from pyspark_fenced_sink.store.base import ObjectStore, create_resolved
+
+__all__ = [
+    "FILE_PATH_KEY",
+    "FILE_SPEC_KEY",
+    "FORMAT_VERSION",
+    "TOKEN_CHARS",
+    "EntryKind",
+    "Wal",
+    "WalEntry",
+    "WriteMode",
+    "decode_entry",
+    "encode_entry",
+    "encoded_path",
+    "encoded_spec_id",
+]
+
+FORMAT_VERSION = 1
+TOKEN_CHARS = 12  # the prefix of an owner token recorded in snapshot summaries
+#: The keys of an encoded data file that the protocol itself reads; the rest of the
+#: encoding belongs to the Iceberg adapter (``iceberg.datafiles``).
+FILE_PATH_KEY = "p"
+FILE_SPEC_KEY = "s"
+
+
+class EntryKind(str, Enum):
+    """What a WAL entry does when it is reconciled."""
+
+    DATA = "data"
+    FENCE = "fence"
+    EXPIRE = "expire"
+
+
+class WriteMode(str, Enum):
+    """How a data entry changes the table's rows when it is applied.
+
+    The catalog side maps each mode to one snapshot producer
+    (``iceberg.table_port``); reconciliation starts a new commit before an
+    applied entry that replaces rows (:attr:`replaces_rows`).
+    """
+
+    APPEND = "append"
+    OVERWRITE = "overwrite"
+
+    @property
+    def replaces_rows(self) -> bool:
+        """True if applying the entry removes rows that were live before it."""
+        return self is not WriteMode.APPEND
+
+
+@dataclass(frozen=True)
+class WalEntry:
+    """One WAL entry.
+
+    Attributes:
+        kind: data, fence or expire.
+        token: The owner token (unique per write attempt); resolves ambiguous puts.
+        writer: The writer id.
+        ephemeral: True for a batch job's anonymous writer (no epoch, no state kept).
+        epoch: The writer's epoch; None with ``kind`` data/fence of a stable writer
+            means "claim": this entry's own seq becomes the writer's epoch.
+        run: The incarnation (streaming run id or batch write id) that wrote it.
+        query: The streaming query id (stable across restarts), if any.
+        batch: ``writer.batch-id`` or the streaming batch id, if any.
+        strict: Batch ids must follow without gaps (streaming).
+        mode: How the files change the table (:class:`WriteMode`).
+        files: Encoded DataFiles (``datafiles.encode_data_file``).
+        opened: The committed upper when the writer opened (``gc`` expiry of anonymous writes).
+        expire_before: For ``expire`` entries: reject anonymous writes opened before this upper.
+        created_ms: Wall clock when the entry was built (informational).
+        rows: Rows in ``files`` (informational).
+        spec_id: The partition spec the files were written with.
+    """
+
+    kind: EntryKind
+    token: str
+    writer: str
+    ephemeral: bool = False
+    epoch: int | None = None
+    run: str | None = None
+    query: str | None = None
+    batch: int | None = None
+    strict: bool = False
+    mode: WriteMode = WriteMode.APPEND
+    files: tuple[Mapping[str, Any], ...] = ()
+    opened: int = 0
+    expire_before: int | None = None
+    created_ms: int = field(default_factory=lambda: int(time.time() * 1000))
+    rows: int = 0
+    spec_id: int | None = None
+
+    def __post_init__(self) -> None:
+        # Callers may pass the enums' string values (``mode="overwrite"``); store the enums.
+        object.__setattr__(self, "kind", EntryKind(self.kind))
+        object.__setattr__(self, "mode", WriteMode(self.mode))
+
+    @property
+    def claims(self) -> bool:
+        """True if reconciling this entry makes its seq the writer's new epoch."""
+        return self.kind in (EntryKind.DATA, EntryKind.FENCE) and self.epoch is None and not self.ephemeral
+
+    def with_token(self, token: str) -> WalEntry:
+        """A copy with another owner token."""
+        return replace(self, token=token)
+
+
+def encode_entry(entry: WalEntry) -> bytes:
+    """Serialize an entry (compact JSON, format-versioned)."""
+    body: dict[str, Any] = {"v": FORMAT_VERSION, "kind": entry.kind.value, "token": entry.token, "writer": entry.writer}
+    optional = {
+        "ephemeral": entry.ephemeral or None,
+        "epoch": entry.epoch,
+        "run": entry.run,
+        "query": entry.query,
+        "batch": entry.batch,
+        "strict": entry.strict or None,
+        "mode": None if entry.mode is WriteMode.APPEND else entry.mode.value,
+        "files": list(entry.files) or None,
+        "opened": entry.opened or None,
+        "expire_before": entry.expire_before,
+        "created_ms": entry.created_ms,
+        "rows": entry.rows or None,
+        "spec_id": entry.spec_id,
+    }
+    body.update({k: v for k, v in optional.items() if v is not None})
+    return dumps(body).encode()
+
+
+def decode_entry(data: bytes, key: str = "?") -> WalEntry:
+    """Parse an entry; raise CorruptControlDataError naming ``key`` if it is not one."""
+    try:
+        body = loads_versioned(data, FORMAT_VERSION, f"WAL object {key}")
+        mode = WriteMode(body.get("mode", WriteMode.APPEND.value))
+        return WalEntry(
+            kind=EntryKind(body["kind"]),
+            token=str(body["token"]),
+            writer=str(body["writer"]),
+            ephemeral=bool(body.get("ephemeral", False)),
+            epoch=_opt_int(body.get("epoch")),
+            run=body.get("run"),
+            query=body.get("query"),
+            batch=_opt_int(body.get("batch")),
+            strict=bool(body.get("strict", False)),
+            mode=mode,
+            files=_file_tuple(body.get("files")),
+            opened=int(body.get("opened", 0)),
+            expire_before=_opt_int(body.get("expire_before")),
+            created_ms=int(body.get("created_ms", 0)),
+            rows=int(body.get("rows", 0)),
+            spec_id=_opt_int(body.get("spec_id")),
+        )
+    except MALFORMED as e:
+        raise CorruptControlDataError(
+            f"WAL object {key} is not a valid fencedlake entry ({e}); move it aside and run "
+            "`fencedlake status` to see what is pending"
+        ) from e
+
+
+def _opt_int(value: Any) -> int | None:
+    return None if value is None else int(value)
+
+
+def _file_tuple(value: Any) -> tuple[Mapping[str, Any], ...]:
+    """The ``files`` field: a JSON list of objects (encoded DataFiles), or absent; anything else is corrupt."""
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
+        raise ValueError(f"'files' must be a list of encoded data files, found {json.dumps(value)[:80]}")
+    return tuple(value)
+
+
+def encoded_path(encoded: Mapping[str, Any]) -> str:
+    """The file path of an encoded data file (without decoding it)."""
+    return str(encoded[FILE_PATH_KEY])
+
+
+def encoded_spec_id(encoded: Mapping[str, Any]) -> int:
+    """The partition spec id of an encoded data file (without decoding it)."""
+    return int(encoded[FILE_SPEC_KEY])
+
+
+class Wal:
+    """Reads and appends WAL entries in one control store."""
+
+    put_attempts = 5
+
+    def __init__(self, store: ObjectStore, *, label: str = "", sleep: Callable[[float], None] = time.sleep) -> None:
+        self.store = store
+        self.label = label or repr(store)
+        self.sleep = sleep
+
+    def scan(self, start: int) -> list[int]:
+        """Positions present at or after ``start``, sorted (one LIST request)."""
+        after = wal_key(start - 1) if start > 0 else ""
+        seqs = (seq_of(k) for k in self.store.list(WAL_PREFIX, after))
+        return sorted(s for s in seqs if s is not None and s >= start)
+
+    def read(self, seq: int) -> WalEntry | None:
+        """The entry at ``seq``, or None if the position is empty."""
+        data = self.store.get(wal_key(seq))
+        return None if data is None else decode_entry(data, f"{self.label}/{wal_key(seq)}")
+
+    def append(self, entry: WalEntry, start: int) -> int:
+        """Put ``entry`` at the first free position after the tail seen from ``start``.
+
+        Returns the seq the entry now occupies. Raises StoreError if nothing
+        can have been written, or CommitOutcomeUnknownError if a put may have
+        landed but could not be confirmed.
+        """
+        data = encode_entry(entry)
+        seqs = self.scan(start)
+        seq = seqs[-1] + 1 if seqs else start
+        while True:
+            if self._put_resolved(seq, data, entry.token):
+                return seq
+            seqs = self.scan(seq + 1)
+            seq = seqs[-1] + 1 if seqs else seq + 1
+
+    def truncate(self, below: int) -> int:
+        """Delete every position below ``below`` (the committed upper); returns how many were deleted."""
+        deleted = 0
+        for key in self.store.list(WAL_PREFIX):
+            seq = seq_of(key)
+            if seq is None:
+                continue
+            if seq >= below:
+                break
+            self.store.delete(key)
+            deleted += 1
+        return deleted
+
+    def register_run(self, writer_id: str, run: str, token: str) -> bool:
+        """Register streaming run ``run`` of ``writer_id`` with put-if-absent (PROTOCOL.md §7).
+
+        Returns True if this call (token ``token``) created the registration,
+        False if the run was registered before (by an earlier commit of it).
+        """
+        key = run_key(writer_id, run)
+        body = {"writer": writer_id, "run": run, "token": token, "opened_ms": int(time.time() * 1000)}
+        return create_resolved(
+            self.store,
+            key,
+            json.dumps(body, sort_keys=True).encode(),
+            token,
+            lambda raw: str(json.loads(raw).get("token")),
+            sleep=self.sleep,
+        )
+
+    def _put_resolved(self, seq: int, data: bytes, token: str) -> bool:
+        """True if the object at ``seq`` is ours after this call, False if a peer's."""
+        key = wal_key(seq)
+        try:
+            return create_resolved(
+                self.store,
+                key,
+                data,
+                token,
+                lambda raw: decode_entry(raw, f"{self.label}/{key}").token,
+                attempts=self.put_attempts,
+                sleep=self.sleep,
+            )
+        except StoreError as e:
+            if e.ambiguous:
+                raise CommitOutcomeUnknownError(
+                    f"WAL put at {self.label}/{key} may have landed but could not be confirmed ({e}); "
+                    "the next commit on the table resolves it",
+                    seq=seq,
+                ) from e
+            raise

@@ -1,0 +1,1 @@
+"""Spark-facing glue (thin): the data source, its batch and streaming writers, the driver steps they call."""

@@ -1,0 +1,62 @@
+"""What a task sends back to the driver (executor -> driver; pickled by Spark).
+
+Executors never import catalog code: a message carries the written data files
+already encoded (``datafiles.encode_data_file``), plus what the driver cannot
+learn otherwise — the streaming run and query ids, which only tasks can read
+from Spark's local properties.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark.sql.datasource import WriterCommitMessage
+
+from pyspark_fenced_sink.write.task import WriteSpec, task_info_from_spark, write_task
+
+__all__ = ["FencedLakeCommitMessage", "spark_run_ids", "task_message"]
+
+
+@dataclass(frozen=True)
+class FencedLakeCommitMessage(WriterCommitMessage):
+    """One task's result.
+
+    Attributes:
+        files: Encoded DataFiles the task wrote (possibly none).
+        rows: Rows written.
+        bytes: Bytes written.
+        task: Spark partition id.
+        attempt: Spark task attempt id.
+        run: Streaming run id (Spark's runId, the job group of the micro-batch), if any.
+        query: Streaming query id (stable across restarts), if any.
+    """
+
+    files: tuple[dict[str, Any], ...] = ()
+    rows: int = 0
+    bytes: int = 0
+    task: int = 0
+    attempt: int = 0
+    run: str | None = None
+    query: str | None = None
+
+
+def task_message(spec: WriteSpec, batches: Iterator[Any]) -> FencedLakeCommitMessage:
+    """Write this task's Arrow batches (executor) and describe the files for the driver."""
+    task = task_info_from_spark()
+    result = write_task(spec, batches, task)
+    run, query = spark_run_ids() if spec.streaming else (None, None)
+    return FencedLakeCommitMessage(
+        result.files, result.rows, result.bytes, task.partition_id, task.attempt_id, run, query
+    )
+
+
+def spark_run_ids() -> tuple[str | None, str | None]:
+    """(run id, query id) of the streaming micro-batch this task belongs to, if any."""
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    if ctx is None:
+        return None, None
+    return ctx.getLocalProperty("spark.jobGroup.id"), ctx.getLocalProperty("sql.streaming.queryId")

@@ -1,0 +1,81 @@
+"""Session settings that make Spark's Python write path fast (driver side, optional).
+
+Spark hands a Python data source its rows as Arrow batches built in the JVM
+(the same path as ``mapInArrow``). While it builds a batch it checks, after
+every row, whether the batch has reached
+``spark.sql.execution.arrow.maxBytesPerBatch`` (64 MiB by default); for the
+struct-wrapped rows of a data source write that check walks every column's
+buffers and costs more than converting the row. Only the exact value
+``2147483647`` (``Int.MaxValue``) turns the check off, which makes every
+Python sink, fencedlake included, several times faster (docs/benchmarks.md
+has the measurements).
+
+The sink cannot change this itself: it runs in Spark's Python workers, which
+have no handle on the JVM session. :func:`tune_session` is the one call a user
+makes on the driver (or ``--conf spark.sql.execution.arrow.maxBytesPerBatch=2147483647``
+to ``spark-submit``). The trade-off: each Arrow batch is then bounded only by
+``spark.sql.execution.arrow.maxRecordsPerBatch`` (10,000 rows by default), so
+rows that average more than ~6 KB make batches larger than the 64 MiB the byte
+bound allowed; lower ``maxRecordsPerBatch`` for such rows. The setting applies
+to every Arrow-based Python operator of the session (``mapInArrow``, pandas
+UDFs, other Python data sources), with the same trade-off.
+
+Imports nothing beyond the standard library: it is re-exported by the package,
+which Spark imports in every Python worker.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from typing import Any
+
+__all__ = ["ARROW_MAX_BYTES_PER_BATCH", "SPARK_DEFAULT_BATCH_BYTES", "UNBOUNDED_BATCH_BYTES", "tune_session"]
+
+logger = logging.getLogger(__name__)
+
+#: The Spark SQL conf that bounds an Arrow batch's bytes (checked after every row).
+ARROW_MAX_BYTES_PER_BATCH = "spark.sql.execution.arrow.maxBytesPerBatch"
+#: ``Int.MaxValue``: the one value for which Spark skips the per-row size check.
+UNBOUNDED_BATCH_BYTES = 2**31 - 1
+#: Spark's default for :data:`ARROW_MAX_BYTES_PER_BATCH` (64 MiB).
+SPARK_DEFAULT_BATCH_BYTES = 64 * 1024 * 1024
+
+_UNITS = {"": 1, "b": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}
+_SIZE = re.compile(r"^\s*(\d+)\s*([kmgt]?)b?\s*$", re.IGNORECASE)
+
+
+def _bytes(text: str | None) -> int | None:
+    """A Spark byte-size string (``67108864b``, ``64m``, ``64MB``) in bytes; None if not one."""
+    match = _SIZE.match(text or "")
+    return int(match.group(1)) * _UNITS[match.group(2).lower()] if match else None
+
+
+def tune_session(spark: Any, *, force: bool = False) -> dict[str, str]:
+    """Turn off Spark's per-row Arrow batch size check in ``spark`` (see the module docstring).
+
+    Changes :data:`ARROW_MAX_BYTES_PER_BATCH` only while it holds Spark's default (64 MiB), so a
+    value the user chose is kept unless ``force`` is true. Uses only ``spark.conf``, which Spark
+    Connect sessions have as well (tested with classic sessions). Safe to call more than once.
+
+    Args:
+        spark: the SparkSession that will run the writes.
+        force: set the value even if the session holds a non-default one.
+
+    Returns:
+        The settings changed, ``{key: new value}`` (empty if nothing changed).
+    """
+    current = spark.conf.get(ARROW_MAX_BYTES_PER_BATCH, None)
+    size = _bytes(current) if current is not None else SPARK_DEFAULT_BATCH_BYTES
+    if size == UNBOUNDED_BATCH_BYTES:
+        return {}
+    if size != SPARK_DEFAULT_BATCH_BYTES and not force:
+        logger.info(
+            "fencedlake: leaving %s=%s as set (tune_session(force=True) overrides it)",
+            ARROW_MAX_BYTES_PER_BATCH,
+            current,
+        )
+        return {}
+    spark.conf.set(ARROW_MAX_BYTES_PER_BATCH, str(UNBOUNDED_BATCH_BYTES))
+    logger.info("fencedlake: set %s=%d (was %s)", ARROW_MAX_BYTES_PER_BATCH, UNBOUNDED_BATCH_BYTES, current)
+    return {ARROW_MAX_BYTES_PER_BATCH: str(UNBOUNDED_BATCH_BYTES)}

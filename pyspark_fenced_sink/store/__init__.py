@@ -1,0 +1,1 @@
+"""Object stores with put-if-absent, found by URI scheme (store.registry)."""

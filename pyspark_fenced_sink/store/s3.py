@@ -1,0 +1,167 @@
+"""A control store on S3 or an S3-compatible server, through s3fs (PROTOCOL.md §2; driver).
+
+Put-if-absent is ``PUT`` with ``If-None-Match: *`` (s3fs ``pipe_file(mode="create")``):
+``412`` -> exists; ``409 ConditionalRequestConflict`` (a concurrent conditional
+write in flight, nothing applied) is retried on the same key; transport errors
+and 5xx are ambiguous. One ``s3fs.S3FileSystem`` per distinct configuration is
+reused by the WAL and by ``gc``'s listing.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from pyspark_fenced_sink.errors import StoreError
+from pyspark_fenced_sink.store.base import check_key
+
+__all__ = ["S3Store", "s3_filesystem"]
+
+_S3_PROPERTY_MAP = {
+    "s3.access-key-id": "key",
+    "s3.secret-access-key": "secret",
+    "s3.session-token": "token",
+}
+
+
+class S3Store:
+    """S3 or an S3-compatible server, through one reused ``s3fs.S3FileSystem``."""
+
+    conflict_retries = 8
+
+    def __init__(self, root: str, fs: Any) -> None:
+        self.root = root.split("://", 1)[-1].rstrip("/")
+        self.fs = fs
+        self._failures = _s3_failures()
+
+    def __repr__(self) -> str:
+        return f"S3Store('s3://{self.root}')"
+
+    def _path(self, key: str) -> str:
+        return f"{self.root}/{check_key(key)}"
+
+    def get(self, key: str) -> bytes | None:
+        try:
+            return bytes(self.fs.cat_file(self._path(key)))
+        except FileNotFoundError:
+            return None
+        except self._failures as e:
+            raise StoreError(f"GET s3://{self._path(key)} failed: {e}") from e
+
+    def list(self, prefix: str, start_after: str = "") -> list[str]:
+        bucket, _, root_key = self.root.partition("/")
+        base = f"{root_key}/" if root_key else ""
+        keys: list[str] = []
+        token: str | None = None
+        while True:
+            kwargs: dict[str, Any] = {"Bucket": bucket, "Prefix": base + prefix}
+            if start_after:
+                kwargs["StartAfter"] = base + start_after
+            if token:
+                kwargs["ContinuationToken"] = token
+            try:
+                page = self.fs.call_s3("list_objects_v2", **kwargs)
+            except self._failures as e:
+                raise StoreError(f"LIST s3://{bucket}/{base}{prefix} failed: {e}") from e
+            keys.extend(obj["Key"][len(base) :] for obj in page.get("Contents", ()))
+            if not page.get("IsTruncated"):
+                return keys
+            token = page["NextContinuationToken"]
+
+    def put_if_absent(self, key: str, data: bytes) -> bool:
+        path = self._path(key)
+        for attempt in range(self.conflict_retries):
+            try:
+                self.fs.pipe_file(path, data, mode="create")
+                return True
+            except FileExistsError:
+                return False
+            except self._failures as e:
+                if _s3_error_code(e) == "ConditionalRequestConflict" and attempt + 1 < self.conflict_retries:
+                    time.sleep(random.uniform(0.01, 0.05) * (attempt + 1))
+                    continue
+                raise StoreError(f"PUT s3://{path} failed: {e}", ambiguous=_may_have_applied(e)) from e
+        raise StoreError(f"PUT s3://{path}: still conflicting after {self.conflict_retries} attempts")
+
+    def delete(self, key: str) -> None:
+        try:
+            self.fs.rm_file(self._path(key))
+        except FileNotFoundError:
+            return
+        except self._failures as e:
+            raise StoreError(f"DELETE s3://{self._path(key)} failed: {e}") from e
+
+
+def _s3_failures() -> tuple[type[BaseException], ...]:
+    """What an s3fs request raises when it fails.
+
+    s3fs turns S3 error responses into ``OSError`` (the botocore ``ClientError``
+    as ``__cause__``), but re-raises botocore's transport errors untranslated
+    once its own retries are spent: ``ConnectionClosedError`` (the connection
+    dropped after the request was sent: the PUT may have landed),
+    ``EndpointConnectionError``, ... Those are not ``OSError``; without them a
+    lost PUT response would escape as a raw botocore error instead of an
+    ambiguous :class:`StoreError` resolved by the owner token (invariant I7).
+    """
+    try:
+        from botocore.exceptions import BotoCoreError
+    except ImportError:  # pragma: no cover - s3fs depends on botocore
+        return (OSError,)
+    return (OSError, BotoCoreError)
+
+
+def _s3_error_code(e: BaseException) -> str | None:
+    cause = e.__cause__
+    response = getattr(cause, "response", None)
+    if isinstance(response, Mapping):
+        error = response.get("Error", {})
+        status = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+        if error.get("Code") == "ConditionalRequestConflict" or (status == 409 and not error.get("Code")):
+            return "ConditionalRequestConflict"
+        return str(error.get("Code") or status)
+    return None
+
+
+def _may_have_applied(e: BaseException) -> bool:
+    """A definitive S3 error response (4xx) means the PUT was not applied; anything else may have been."""
+    cause = e.__cause__
+    response = getattr(cause, "response", None)
+    if isinstance(response, Mapping):
+        status = response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0
+        return not 400 <= int(status) < 500
+    return True
+
+
+_fs_cache: dict[tuple[tuple[str, str], ...], Any] = {}
+_fs_lock = threading.Lock()
+
+
+def s3_filesystem(io_properties: Mapping[str, str]) -> Any:
+    """One S3FileSystem per distinct configuration, reused: clients are costly to build."""
+    import s3fs
+
+    relevant = tuple(sorted((k, v) for k, v in io_properties.items() if k.startswith(("s3.", "client."))))
+    with _fs_lock:
+        fs = _fs_cache.get(relevant)
+        if fs is None:
+            props = dict(relevant)
+            kwargs: dict[str, Any] = {
+                target: props[source] for source, target in _S3_PROPERTY_MAP.items() if source in props
+            }
+            client_kwargs: dict[str, Any] = {}
+            if "s3.endpoint" in props:
+                client_kwargs["endpoint_url"] = props["s3.endpoint"]
+            region = props.get("s3.region") or props.get("client.region")
+            if region:
+                client_kwargs["region_name"] = region
+            config: dict[str, Any] = {}
+            if props.get("s3.force-virtual-addressing", "").lower() != "true":
+                config["s3"] = {"addressing_style": "path"} if "s3.endpoint" in props else {}
+            fs = s3fs.S3FileSystem(
+                client_kwargs=client_kwargs, config_kwargs=config, skip_instance_cache=True, **kwargs
+            )
+            _fs_cache[relevant] = fs
+        return fs

@@ -1,0 +1,437 @@
+"""Arrow batches -> Iceberg Parquet data files (executor side).
+
+PROTOCOL.md step 2 ("write data files"). Each Spark task streams its Arrow
+batches through :func:`write_task`, which casts them to the table's Arrow
+schema, splits them by partition in one vectorized pass per batch, buffers
+them into large row groups, rolls files at ``write.target-file-size-bytes``
+and describes every finished file as an encoded pyiceberg ``DataFile`` built
+from the writer's own footer. Files are named from a :class:`FileTag` and are
+referenced by nothing until the driver's WAL entry names them; a task that
+fails deletes the files it wrote (best effort; ``gc`` removes the rest).
+
+Memory: each partition buffers at most one row group
+(``write.parquet.row-group-limit`` rows, ``write.parquet.row-group-size-bytes``
+bytes of Arrow data); across partitions the buffers are bounded by
+``WriteSpec.buffer_bytes`` (the largest are flushed first).
+
+No catalog code here: this module runs in Spark's Python workers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import logging
+import secrets
+import struct
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from pyiceberg.io import FileIO, load_file_io
+from pyiceberg.io.pyarrow import (
+    StatisticsCollector,
+    compute_statistics_plan,
+    data_file_statistics_from_parquet_metadata,
+    parquet_path_to_id_mapping,
+    schema_to_pyarrow,
+)
+from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
+from pyiceberg.partitioning import (
+    PartitionField,
+    PartitionFieldValue,
+    PartitionKey,
+    PartitionSpec,
+    partition_record_value,
+)
+from pyiceberg.schema import Schema
+from pyiceberg.table import TableProperties
+from pyiceberg.table.locations import LocationProvider, load_location_provider
+from pyiceberg.transforms import TruncateTransform
+from pyiceberg.typedef import Record
+from pyiceberg.types import BinaryType, IcebergType, StructType
+
+from pyspark_fenced_sink import failpoints
+from pyspark_fenced_sink.iceberg.datafiles import data_file_layout_version, encode_data_file
+from pyspark_fenced_sink.iceberg.partitioning import column_index
+from pyspark_fenced_sink.iceberg.write_properties import dictionary_columns, parquet_kwargs, size_property
+from pyspark_fenced_sink.options import redact
+from pyspark_fenced_sink.protocol.filetag import FileTag
+from pyspark_fenced_sink.write.arrowcast import conform_batch
+
+__all__ = ["BUFFER_BYTES_DEFAULT", "TaskInfo", "WriteResult", "WriteSpec", "task_info_from_spark", "write_task"]
+
+logger = logging.getLogger(__name__)
+
+#: Default bound on Arrow data buffered by one task across all its partitions.
+BUFFER_BYTES_DEFAULT = 256 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class WriteSpec:
+    """Everything a task needs to write data files; built and pickled by the driver.
+
+    Attributes:
+        table: Table name, for messages.
+        location: The table's location.
+        schema_json: ``Schema.model_dump_json()`` of the table's current schema.
+        spec_json: ``PartitionSpec.model_dump_json()`` of the default spec.
+        spec_id: The default spec's id (recorded in the WAL entry).
+        format_version: The table's format version.
+        properties: Table properties (Parquet, file size and location settings).
+        io_properties: FileIO properties; may hold secrets, masked in ``repr``.
+        tag: The writer's file tag; task, attempt, nonce (and the streaming
+            batch id) are filled in on the executor.
+        streaming: True for a streaming write (batch id from the task context).
+        buffer_bytes: Bound on Arrow data buffered by a task across partitions.
+    """
+
+    table: str
+    location: str
+    schema_json: str
+    spec_json: str
+    spec_id: int
+    format_version: int
+    properties: Mapping[str, str]
+    io_properties: Mapping[str, str]
+    tag: FileTag
+    streaming: bool = False
+    buffer_bytes: int = BUFFER_BYTES_DEFAULT
+
+    def __repr__(self) -> str:
+        """A representation with every secret-looking property value masked."""
+        return (
+            f"WriteSpec(table={self.table!r}, location={self.location!r}, format_version={self.format_version}, "
+            f"properties={redact(self.properties)!r}, io_properties={redact(self.io_properties)!r}, "
+            f"tag={self.tag!r}, streaming={self.streaming}, buffer_bytes={self.buffer_bytes})"
+        )
+
+
+@dataclass(frozen=True)
+class TaskInfo:
+    """The Spark task writing: partition id, task attempt id, streaming batch id."""
+
+    partition_id: int
+    attempt_id: int
+    batch_id: int | None
+
+
+@dataclass(frozen=True)
+class WriteResult:
+    """What a task wrote: encoded DataFiles (``datafiles.encode_data_file``), rows, bytes."""
+
+    files: tuple[dict[str, Any], ...] = ()
+    rows: int = 0
+    bytes: int = 0
+
+
+def task_info_from_spark() -> TaskInfo:
+    """The current Spark task's identity; zeros and no batch id outside a task."""
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    if ctx is None:
+        return TaskInfo(0, 0, None)
+    raw = ctx.getLocalProperty("streaming.sql.batchId")
+    return TaskInfo(ctx.partitionId(), ctx.taskAttemptId(), int(raw) if raw not in (None, "") else None)
+
+
+# ------------------------------------------------------------------ layout
+
+
+@dataclass(frozen=True)
+class _Source:
+    top: str
+    nested: tuple[str, ...]
+    transform: Callable[[pa.Array], pa.Array]
+
+
+@dataclass(frozen=True)
+class _Layout:
+    schema: Schema
+    spec: PartitionSpec
+    partition_type: StructType
+    arrow_schema: pa.Schema
+    required: tuple[int, ...]
+    sources: tuple[_Source, ...]
+    stats_plan: dict[int, StatisticsCollector]
+    id_mapping: dict[str, int]
+    parquet_kwargs: dict[str, Any]
+    row_group_rows: int
+    row_group_bytes: int
+    target_file_bytes: int
+
+
+def _source_transform(pf: PartitionField, source_type: IcebergType) -> Callable[[pa.Array], pa.Array]:
+    fn = pf.transform.pyarrow_transform(source_type)
+    if isinstance(pf.transform, TruncateTransform) and isinstance(source_type, BinaryType):
+        # pyiceberg-core truncates binary but not large_binary (the table's Arrow type).
+        return lambda arr: fn(arr.cast(pa.binary()))
+    return fn
+
+
+@functools.lru_cache(maxsize=32)
+def _layout(schema_json: str, spec_json: str, props: tuple[tuple[str, str], ...]) -> _Layout:
+    """Parse and derive everything per (schema, spec, properties), once per process."""
+    properties = dict(props)
+    schema = Schema.model_validate_json(schema_json)
+    spec = PartitionSpec.model_validate_json(spec_json)
+    index = column_index(schema)
+    sources = []
+    for pf in spec.fields:
+        path = index[pf.source_id].path
+        sources.append(_Source(path[0], path[1:], _source_transform(pf, index[pf.source_id].field.field_type)))
+    arrow_schema = schema_to_pyarrow(schema, include_field_ids=True)
+    tp = TableProperties
+    return _Layout(
+        schema=schema,
+        spec=spec,
+        partition_type=spec.partition_type(schema),
+        arrow_schema=arrow_schema,
+        required=tuple(i for i, f in enumerate(arrow_schema) if not f.nullable),
+        sources=tuple(sources),
+        stats_plan=compute_statistics_plan(schema, properties),
+        id_mapping=parquet_path_to_id_mapping(schema),
+        parquet_kwargs=parquet_kwargs(properties),
+        row_group_rows=size_property(properties, tp.PARQUET_ROW_GROUP_LIMIT, tp.PARQUET_ROW_GROUP_LIMIT_DEFAULT),
+        row_group_bytes=size_property(
+            properties, tp.PARQUET_ROW_GROUP_SIZE_BYTES, tp.PARQUET_ROW_GROUP_SIZE_BYTES_DEFAULT
+        ),
+        target_file_bytes=size_property(
+            properties, tp.WRITE_TARGET_FILE_SIZE_BYTES, tp.WRITE_TARGET_FILE_SIZE_BYTES_DEFAULT
+        ),
+    )
+
+
+@functools.lru_cache(maxsize=8)
+def _file_io(io_props: tuple[tuple[str, str], ...], location: str) -> FileIO:
+    """One FileIO per (properties, location) per process (S3 clients are costly)."""
+    return load_file_io(dict(io_props), location)
+
+
+# ------------------------------------------------------------------ partitioning
+
+
+def _is_constant(arr: pa.Array) -> bool:
+    if pa.types.is_floating(arr.type):
+        return False  # min_max skips NaN (and equates -0.0 with 0.0): let group_by decide
+    if arr.null_count:
+        return bool(arr.null_count == len(arr))
+    try:
+        bounds = pc.min_max(arr)
+    except pa.ArrowNotImplementedError:
+        return False
+    return bool(bounds["min"].equals(bounds["max"]))
+
+
+def _split(batch: pa.RecordBatch, layout: _Layout) -> list[tuple[tuple[Any, ...], pa.RecordBatch]]:
+    """Group ``batch``'s rows by partition tuple: one group_by and one take per batch."""
+    keys = []
+    for src in layout.sources:
+        values = batch.column(src.top)
+        if src.nested:
+            values = pc.struct_field(values, list(src.nested))
+        keys.append(src.transform(values))
+    if all(_is_constant(k) for k in keys):  # the common case for time-ordered data
+        return [(tuple(k[0].as_py() for k in keys), batch)]
+    names = [f"k{i}" for i in range(len(keys))]
+    rows = pa.array(np.arange(batch.num_rows, dtype=np.int64))
+    grouped = pa.Table.from_arrays([*keys, rows], names=[*names, "i"]).group_by(names, use_threads=False)
+    groups = grouped.aggregate([("i", "list")])
+    key_tuples = list(zip(*(groups.column(n).to_pylist() for n in names), strict=True))
+    if len(key_tuples) == 1:
+        return [(key_tuples[0], batch)]
+    lists = groups.column("i_list").combine_chunks()
+    offsets = lists.offsets.to_numpy()
+    ordered = batch.take(lists.values)
+    return [(key, ordered.slice(int(offsets[g]), int(offsets[g + 1] - offsets[g]))) for g, key in enumerate(key_tuples)]
+
+
+@dataclass(frozen=True)
+class _ResolvedKey(PartitionKey):
+    """A PartitionKey whose partition record is computed per field.
+
+    pyiceberg's own ``PartitionKey.partition`` rejects two partition fields on
+    one source column (e.g. ``id, truncate(10, id)``).
+    """
+
+    record: Record = field(default_factory=Record)
+
+    @property
+    def partition(self) -> Record:
+        return self.record
+
+
+# ------------------------------------------------------------------ writing
+
+
+class _Partition:
+    """One partition's buffered batches and its open (rolling) Parquet file."""
+
+    def __init__(self, record: Record, key: PartitionKey | None) -> None:
+        self.record, self.key = record, key
+        self.pending: list[pa.RecordBatch] = []
+        self.rows = self.nbytes = 0
+        self.writer: pq.ParquetWriter | None = None
+        self.stream: Any = None
+        self.path = ""
+
+
+class _TaskWriter:
+    def __init__(self, spec: WriteSpec, task: TaskInfo) -> None:
+        self.spec = spec
+        self.layout = _layout(spec.schema_json, spec.spec_json, tuple(sorted(spec.properties.items())))
+        self.io = _file_io(tuple(sorted(spec.io_properties.items())), spec.location)
+        self.locations: LocationProvider = load_location_provider(spec.location, dict(spec.properties))
+        batch = task.batch_id if spec.streaming and task.batch_id is not None else spec.tag.batch
+        self.tag = dataclasses.replace(spec.tag, task=task.partition_id, attempt=task.attempt_id, batch=batch)
+        self.parts: dict[tuple[Any, ...], _Partition] = {}
+        self.buffered = 0
+        self.files: list[dict[str, Any]] = []
+        self.rows = self.bytes = 0
+        self.created: list[str] = []
+
+    def add(self, batch: pa.RecordBatch) -> None:
+        batch = conform_batch(batch, self.layout.arrow_schema, self.layout.required)
+        if not self.layout.sources:
+            self._buffer((), batch)
+        else:
+            for key, group in _split(batch, self.layout):
+                self._buffer(key, group)
+        if self.buffered > self.spec.buffer_bytes:
+            for part in sorted(self.parts.values(), key=lambda p: p.nbytes, reverse=True):
+                if self.buffered <= self.spec.buffer_bytes // 2:
+                    break
+                if part.rows:
+                    self._write_row_group(part, part.rows)
+
+    def _partition(self, key: tuple[Any, ...]) -> _Partition:
+        layout = self.layout
+        if not layout.sources:
+            return _Partition(Record(), None)
+        fields = layout.spec.fields
+        record = Record(*(partition_record_value(f, v, layout.schema) for f, v in zip(fields, key, strict=True)))
+        values = [PartitionFieldValue(f, v) for f, v in zip(fields, key, strict=True)]
+        return _Partition(record, _ResolvedKey(values, layout.spec, layout.schema, record))
+
+    def _buffer(self, key: tuple[Any, ...], batch: pa.RecordBatch) -> None:
+        # Floats by bit pattern: NaN must find its partition again, -0.0 must not join 0.0.
+        slot = tuple(struct.pack(">d", v) if isinstance(v, float) else v for v in key)
+        part = self.parts.get(slot)
+        if part is None:
+            part = self.parts[slot] = self._partition(key)
+        part.pending.append(batch)
+        part.rows += batch.num_rows
+        part.nbytes += batch.nbytes
+        self.buffered += batch.nbytes
+        limit_rows, limit_bytes = self.layout.row_group_rows, self.layout.row_group_bytes
+        while part.rows >= limit_rows or part.nbytes >= limit_bytes:
+            by_bytes = int(part.rows * limit_bytes / part.nbytes) if part.nbytes else part.rows
+            self._write_row_group(part, max(1, min(part.rows, limit_rows, by_bytes)))
+
+    def _write_row_group(self, part: _Partition, rows: int) -> None:
+        table = pa.Table.from_batches(part.pending, schema=self.layout.arrow_schema)
+        group = table.slice(0, rows)
+        writer = part.writer if part.writer is not None else self._open(part, group)
+        writer.write_table(group, row_group_size=rows)
+        part.pending = table.slice(rows).to_batches() if rows < table.num_rows else []
+        nbytes = sum(b.nbytes for b in part.pending)
+        self.buffered -= part.nbytes - nbytes
+        part.rows, part.nbytes = table.num_rows - rows, nbytes
+        if part.stream.tell() >= self.layout.target_file_bytes:
+            self._close_file(part)
+
+    def _open(self, part: _Partition, first_group: pa.Table) -> pq.ParquetWriter:
+        tag = dataclasses.replace(self.tag, nonce=secrets.token_hex(8))
+        part.path = self.locations.new_data_location(tag.file_name(), part.key)
+        part.stream = self.io.new_output(part.path).create(overwrite=False)
+        self.created.append(part.path)
+        layout = self.layout
+        part.writer = pq.ParquetWriter(
+            part.stream,
+            schema=layout.arrow_schema,
+            use_dictionary=dictionary_columns(first_group, layout.id_mapping),
+            **layout.parquet_kwargs,
+        )
+        return part.writer
+
+    def _close_file(self, part: _Partition) -> None:
+        writer, stream = part.writer, part.stream
+        part.writer = part.stream = None
+        if writer is None:
+            return
+        with stream:
+            writer.close()
+            size = stream.tell()
+        layout = self.layout
+        stats = data_file_statistics_from_parquet_metadata(
+            parquet_metadata=writer.writer.metadata,
+            stats_columns=layout.stats_plan,
+            parquet_column_mapping=layout.id_mapping,
+        )
+        # Fields not given (sort order, equality ids, key metadata) take their initial default, None.
+        where = {"file_path": part.path, "partition": part.record, "file_size_in_bytes": size}
+        data_file = DataFile.from_args(
+            data_file_layout_version(self.spec.format_version),
+            content=DataFileContent.DATA,
+            file_format=FileFormat.PARQUET,
+            **where,
+            **stats.to_serialized_dict(),
+        )
+        data_file.spec_id = layout.spec.spec_id
+        self.files.append(encode_data_file(data_file, layout.partition_type))
+        self.rows += stats.record_count
+        self.bytes += size
+        failpoints.hit("executor.after-file-written")
+
+    def finish(self) -> WriteResult:
+        for part in self.parts.values():
+            if part.rows:
+                self._write_row_group(part, part.rows)
+            self._close_file(part)
+        return WriteResult(files=tuple(self.files), rows=self.rows, bytes=self.bytes)
+
+    def abort(self) -> None:
+        """Close open streams and delete this task's files (nothing references them yet)."""
+        for part in self.parts.values():
+            if part.stream is not None:
+                try:
+                    part.stream.close()
+                except OSError as e:
+                    logger.warning("closing %s after a failed task: %s", part.path, e)
+        for path in self.created:
+            try:
+                self.io.delete(path)
+            except (OSError, FileNotFoundError) as e:
+                logger.warning("could not delete %s of a failed task (gc will): %s", path, e)
+
+
+def write_task(spec: WriteSpec, batches: Iterator[pa.RecordBatch], task: TaskInfo) -> WriteResult:
+    """Write one task's Arrow batches into data files of ``spec``'s table.
+
+    Args:
+        spec: The write, as built by the driver.
+        batches: The task's Arrow batches (any column order; matched by name).
+        task: The task's identity (:func:`task_info_from_spark`).
+
+    Returns:
+        The encoded DataFiles, row count and bytes written; empty for no rows.
+
+    Raises:
+        SchemaMismatchError: a batch cannot be cast to the table's schema (a bug:
+            the driver validates schemas first). The task's files are deleted.
+        InvalidOptionsError: a table property has an invalid value.
+    """
+    writer = _TaskWriter(spec, task)
+    try:
+        for batch in batches:
+            if batch.num_rows:
+                writer.add(batch)
+        return writer.finish()
+    except BaseException:
+        writer.abort()
+        raise

@@ -1,0 +1,26 @@
+"""Fixtures shared by every test module.
+
+``spark``: ONE local[2] SparkSession for the whole test run (a cold session
+costs ~7 s here; one per module cost a minute per run). Modules that change
+session settings take ``spark.newSession()`` instead, which shares the
+SparkContext but not the SQL conf. Streaming queries left running by a test
+are stopped at the end of the run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    from tests.spark.support import start_spark, stop_spark
+
+    session = start_spark("fencedlake-tests")
+    yield session
+    for query in session.streams.active:
+        query.stop()
+    stop_spark(session)

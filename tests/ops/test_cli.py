@@ -1,0 +1,198 @@
+"""The ``fencedlake`` CLI: each command's output and errors (issue: operations)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pyspark_fenced_sink import failpoints
+from pyspark_fenced_sink.iceberg.catalogs import embedded_catalog, open_table
+from pyspark_fenced_sink.ops.cli import main
+from pyspark_fenced_sink.options import catalog_config
+from pyspark_fenced_sink.protocol.outcome import data_entry
+from pyspark_fenced_sink.testing.harness import plan, rows, sink_write, table_ids, write_tasks
+
+TABLE = "db.ops"
+
+
+def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, Any, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    body = json.loads(out) if "--json" in argv and code == 0 else out
+    return code, body, err
+
+
+def _pending_entry(wh: str, start: int, count: int) -> None:
+    """A durable WAL entry whose driver died before committing it."""
+    p = plan(wh, TABLE)
+    files = [f for m in write_tasks(p, rows("dead", start, count)) for f in m.files]
+    ctx = open_table(catalog_config(warehouse=wh), TABLE).ctx
+    assert p.identity is not None
+    ctx.wal.append(data_entry(p.identity, files, rows=count), start=0)
+
+
+def _data_files(wh: str) -> set[str]:
+    return {str(p) for p in Path(wh).rglob("*.parquet")}
+
+
+@pytest.fixture
+def wh(tmp_path: Path) -> str:
+    w = str(tmp_path)
+    sink_write(w, TABLE, rows("a", 0, 10))
+    sink_write(w, TABLE, rows("b", 10, 10), writer_id="etl", writer_batch_id=4)
+    return w
+
+
+def test_status_reports_upper_writers_pending_and_commits(wh: str, capsys: pytest.CaptureFixture[str]) -> None:
+    _pending_entry(wh, 100, 3)
+    code, body, _ = _run(capsys, "status", TABLE, "--warehouse", wh, "--json")
+    assert code == 0
+    assert body["committed_upper"] == 3  # anon write, etl's open barrier, etl's batch 4
+    assert [(w["writer"], w["epoch"], w["last_batch"]) for w in body["writers"]] == [("etl", 1, 4)]
+    assert [(e["seq"], e["position"], e["outcome"]) for e in body["pending_entries"]] == [
+        (3, "at", "next commit: APPLIED")
+    ]
+    assert [c["seqs"] for c in body["recent_commits"]] == ["1-2", "0-0"]
+    assert body["recent_commits"][0]["group"] == "2" and body["recent_commits"][0]["applied"] == "1"
+
+
+def test_status_text_output_is_a_readable_table(wh: str, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = _run(capsys, "status", TABLE, "--warehouse", wh)
+    assert code == 0
+    assert "committed_upper: 3" in out
+    lines = out.splitlines()
+    assert lines[lines.index("writers:") + 1].split() == ["writer", "epoch", "last_batch", "run", "query"]
+    assert lines[lines.index("writers:") + 2].split()[:3] == ["etl", "1", "4"]
+
+
+def test_wal_classifies_reconciled_and_pending_entries(wh: str, capsys: pytest.CaptureFixture[str]) -> None:
+    _pending_entry(wh, 100, 3)
+    code, body, _ = _run(capsys, "wal", TABLE, "--warehouse", wh, "--json", "--from", "1")
+    assert code == 0
+    assert [(e["seq"], e["position"], e["kind"], e["outcome"]) for e in body["entries"]] == [
+        (1, "below", "fence", "BARRIER"),
+        (2, "below", "data", "APPLIED"),
+        (3, "at", "data", "next commit: APPLIED"),
+    ]
+
+
+def test_recover_applies_a_dead_drivers_entry(wh: str, capsys: pytest.CaptureFixture[str]) -> None:
+    _pending_entry(wh, 100, 3)
+    code, body, _ = _run(capsys, "recover", TABLE, "--warehouse", wh, "--json")
+    assert code == 0
+    assert (body["upper_before"], body["committed_upper"]) == (3, 4)
+    assert body["commits"] == [{"seqs": "3-3", "outcomes": "A"}]
+    assert table_ids(wh, TABLE) == [*range(20), 100, 101, 102]
+    code, body, _ = _run(capsys, "recover", TABLE, "--warehouse", wh, "--json")
+    assert body["catalog_commits"] == 0
+
+
+def test_fence_stops_the_running_incarnation(wh: str, capsys: pytest.CaptureFixture[str]) -> None:
+    from pyspark_fenced_sink.errors import FencedWriterError
+    from pyspark_fenced_sink.spark.driver import commit_files
+
+    p = plan(wh, TABLE, writer_id="etl", writer_batch_id=5)  # a running job: opened, files written
+    messages = write_tasks(p, rows("etl", 50, 5))
+    code, body, _ = _run(capsys, "fence", TABLE, "etl", "--warehouse", wh, "--json")
+    assert code == 0 and body["fenced_at_seq"] == 4
+    with pytest.raises(FencedWriterError, match="fenced"):
+        commit_files(p, messages)
+    assert table_ids(wh, TABLE) == list(range(20))
+
+
+def test_gc_removes_only_provably_orphaned_files(wh: str, capsys: pytest.CaptureFixture[str]) -> None:
+    # An executor-side failure leaves an anonymous write's files behind (no commit message reached the driver).
+    with pytest.raises(failpoints.FailPointError):
+        sink_write(wh, TABLE, rows("lost", 200, 6), **{"test.failpoints": "executor.after-file-written=raise@2"})
+    failpoints.configure("")
+    # It opened at upper 3; only a commit after that proves (with grace 0) it is no longer in flight.
+    sink_write(wh, TABLE, rows("later", 20, 1))
+    live_before = _data_files(wh)
+    orphan = {f for f in live_before if Path(f).name.startswith("a-") and f not in _referenced(wh)}
+    assert len(orphan) == 1
+    code, body, _ = _run(capsys, "gc", TABLE, "--warehouse", wh, "--json", "--grace", "0s", "--dry-run")
+    assert code == 0 and {o["path"] for o in body["orphans"]} == orphan and _data_files(wh) == live_before
+    code, body, _ = _run(capsys, "gc", TABLE, "--warehouse", wh, "--json", "--grace", "0s")
+    assert code == 0 and {o["path"] for o in body["orphans"]} == orphan
+    assert body["wal_truncated"] == 5  # 4 positions + the expire barrier
+    assert _data_files(wh) == live_before - orphan
+    assert table_ids(wh, TABLE) == list(range(21))
+    sink_write(wh, TABLE, rows("after", 300, 2))  # the table still takes writes after truncation
+    assert table_ids(wh, TABLE) == [*range(21), 300, 301]
+
+
+def test_gc_grace_keeps_young_files(wh: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(failpoints.FailPointError):
+        sink_write(wh, TABLE, rows("lost", 200, 6), **{"test.failpoints": "executor.after-file-written=raise@2"})
+    failpoints.configure("")
+    code, body, _ = _run(capsys, "gc", TABLE, "--warehouse", wh, "--json")  # default grace 24h
+    assert code == 0 and body["orphans"] == [] and body["expired_before"] is None
+
+
+def test_gc_expires_snapshots_but_keeps_the_committed_state(wh: str, capsys: pytest.CaptureFixture[str]) -> None:
+    code, body, _ = _run(
+        capsys, "gc", TABLE, "--warehouse", wh, "--json", "--expire-snapshots-older-than", "0s", "--retain-last", "1"
+    )
+    assert code == 0 and len(body["snapshots_expired"]) == 1
+    out = sink_write(wh, TABLE, rows("b", 10, 10), writer_id="etl", writer_batch_id=4)
+    assert out.outcome.name == "DUPLICATE"  # the writer state survived the expiry
+    assert table_ids(wh, TABLE) == list(range(20))
+
+
+def _referenced(wh: str) -> set[str]:
+    table = embedded_catalog(wh).load_table(TABLE)
+    return {p.removeprefix("file://") for p in table.inspect.files().column("file_path").to_pylist()}
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["status", "db.missing"], "table db.missing does not exist"),
+        (["status", "nonamespace"], "table name 'nonamespace' is invalid"),
+        (["fence", TABLE, "../etc"], "writer.id '../etc' is invalid"),
+        (["status", TABLE, "--catalog-prop", "novalue"], "--catalog-prop 'novalue': expected KEY=VALUE"),
+        (["status", TABLE, "--catalog-prop", "type=nosuchtype"], "cannot load catalog"),
+    ],
+)
+def test_errors_are_clear_and_exit_2(
+    wh: str, capsys: pytest.CaptureFixture[str], argv: list[str], message: str
+) -> None:
+    extra = ["--warehouse", wh] if "--catalog-prop" not in argv else []
+    code, _, err = _run(capsys, *argv, *extra)
+    assert code == 2
+    assert message in err
+
+
+def test_corrupt_wal_entry_names_the_object(wh: str, capsys: pytest.CaptureFixture[str]) -> None:
+    table = embedded_catalog(wh).load_table(TABLE)
+    bad = Path(table.location().removeprefix("file://")) / "_fencedlake" / "wal" / f"{3:020d}.json"
+    bad.write_text("{not json")
+    code, _, err = _run(capsys, "status", TABLE, "--warehouse", wh)
+    assert code == 2 and f"{3:020d}.json" in err
+
+
+@pytest.mark.parametrize("command", ["status", "wal", "recover", "gc", "fence"])
+def test_help_says_what_each_command_does(command: str) -> None:
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    out = subprocess.run(
+        [sys.executable, "-m", "pyspark_fenced_sink.ops.cli", command, "--help"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert "--catalog" in out and "--json" in out and "table" in out
+    words = {
+        "status": "committed upper",
+        "wal": "WAL entries",
+        "recover": "pending WAL entry",
+        "gc": "orphan",
+        "fence": "fence barrier",
+    }
+    assert words[command] in " ".join(out.split())

@@ -1,0 +1,275 @@
+"""Writer identities, epochs and fence barriers (PROTOCOL.md step 1, §7; invariant I4).
+
+Most tests run the production ``fencing``/``writes``/``commit`` code over the
+in-memory store and the model's in-memory catalog register; the last one runs
+a zombie batch job end to end through the real ``IcebergTablePort`` on a
+SQLite catalog.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from pyspark_fenced_sink.errors import FencedWriterError, InvalidOptionsError
+from pyspark_fenced_sink.protocol.commit import CommitContext, commit_entry
+from pyspark_fenced_sink.protocol.fencing import WriterIdentity, fence_writer, open_writer, stream_epoch
+from pyspark_fenced_sink.protocol.layout import wal_key
+from pyspark_fenced_sink.protocol.outcome import data_entry, finish_write
+from pyspark_fenced_sink.protocol.reconcile import Outcome
+from pyspark_fenced_sink.protocol.state import CommittedState, WriterState
+from pyspark_fenced_sink.protocol.wal import EntryKind, Wal, decode_entry
+from pyspark_fenced_sink.store.base import CountingStore
+from pyspark_fenced_sink.store.memory import MemoryStore
+from tests.model.memory_port import MemoryTable, MemoryTablePort
+
+
+def _no_sleep(_: float) -> None:
+    return None
+
+
+class World:
+    """One table: a shared control store and catalog register; each ``ctx()`` is one process's view."""
+
+    def __init__(self) -> None:
+        self.store = CountingStore(MemoryStore())
+        self.table = MemoryTable()
+        self.removed: list[str] = []
+
+    def ctx(self) -> CommitContext:
+        return CommitContext(
+            port=MemoryTablePort(self.table), wal=Wal(self.store, label="t", sleep=_no_sleep), sleep=_no_sleep
+        )
+
+    def remove(self, paths: Sequence[str]) -> None:
+        self.removed.extend(paths)
+
+    def wal(self) -> dict[int, tuple[str, str, int | None]]:
+        """seq -> (kind, writer, epoch) of every WAL entry present."""
+        out = {}
+        for key, raw in self.store.inner.objects.items():  # type: ignore[attr-defined]
+            if key.startswith("wal/"):
+                e = decode_entry(raw)
+                out[int(key[4:24])] = (e.kind.value, e.writer, e.epoch)
+        return out
+
+    def live_paths(self) -> list[str]:
+        return sorted(str(f["p"]) for f in self.table.files)
+
+
+def _files(name: str, n: int = 1) -> list[dict[str, str]]:
+    return [{"p": f"data/{name}-{i}.parquet"} for i in range(n)]
+
+
+@pytest.fixture
+def world() -> World:
+    return World()
+
+
+# ---------------------------------------------------------------------------------------------- batch writers
+
+
+def test_opening_with_writer_id_puts_one_fence_barrier_claiming_the_epoch(world: World) -> None:
+    """open_writer with writer.id: one conditional PUT of a fence barrier; its seq is the new epoch."""
+    ident = open_writer(world.ctx(), "orders", run="run-a")
+    assert ident == WriterIdentity("orders", False, 0, 0, "run-a")
+    assert world.wal() == {0: ("fence", "orders", None)}
+    barrier = decode_entry(world.store.inner.objects[wal_key(0)])  # type: ignore[attr-defined]
+    assert (barrier.kind, barrier.run, barrier.claims) == (EntryKind.FENCE, "run-a", True)
+    assert world.store.counts["PUT_IF_ABSENT"] == 1
+    assert world.table.version == 0  # opening commits nothing to the catalog
+
+
+def test_each_open_claims_a_newer_epoch(world: World) -> None:
+    """Every incarnation of a writer id gets the next free WAL position as its epoch."""
+    epochs = [open_writer(world.ctx(), "orders").epoch for _ in range(3)]
+    assert epochs == [0, 1, 2]
+
+
+def test_open_after_commits_claims_above_the_committed_upper(world: World) -> None:
+    """With 2 positions committed, the next open's epoch is 2 and it records the upper it opened at."""
+    ctx = world.ctx()
+    for name in ("a", "b"):
+        finish_write(ctx, data_entry(open_writer(ctx, None), _files(name)), world.remove)
+    ident = open_writer(ctx, "orders", run="r")
+    assert (ident.epoch, ident.opened) == (2, 2)
+
+
+def test_opening_without_writer_id_is_anonymous_and_writes_nothing(world: World) -> None:
+    """No writer.id: an anonymous, ephemeral identity with no epoch and no request to the store."""
+    ident = open_writer(world.ctx(), None, run="0123456789abcdef0123")
+    assert ident == WriterIdentity("anon-0123456789abcdef", True, None, 0, "0123456789abcdef0123")
+    assert world.store.counts == {}
+
+
+@pytest.mark.parametrize("bad", ["../x", "a/b", "", ".x"])
+def test_opening_with_an_invalid_writer_id_writes_nothing(world: World, bad: str) -> None:
+    """An invalid writer.id is refused before any WAL put."""
+    with pytest.raises(InvalidOptionsError, match=r"writer\.id"):
+        open_writer(world.ctx(), bad)
+    assert world.store.counts["PUT_IF_ABSENT"] == 0
+
+
+def test_zombie_with_the_older_epoch_is_fenced_naming_epoch_and_seq(world: World) -> None:
+    """Two incarnations of one writer id: the older one's write is FENCED, its files removed, never applied."""
+    zombie = open_writer(world.ctx(), "orders", run="old")
+    newer = open_writer(world.ctx(), "orders", run="new")
+    assert (zombie.epoch, newer.epoch) == (0, 1)
+    with pytest.raises(FencedWriterError) as err:
+        finish_write(world.ctx(), data_entry(zombie, _files("zombie", 2)), world.remove)
+    assert str(err.value) == (
+        "table model.table: writer 'orders' epoch 0 was fenced by epoch 1 at WAL seq 2; "
+        "stop this incarnation (not retryable)"
+    )
+    assert err.value.retryable is False
+    assert world.removed == ["data/zombie-0.parquet", "data/zombie-1.parquet"]
+    result = finish_write(world.ctx(), data_entry(newer, _files("newer")), world.remove)
+    assert (result.seq, result.outcome) == (3, Outcome.APPLIED)
+    assert world.live_paths() == ["data/newer-0.parquet"]
+    assert world.table.state.writers == {"orders": WriterState(1, "new")}
+    assert [o for _, o in world.table.records[-1][1].outcomes] == ["B", "B", "F", "A"]
+
+
+def test_fenced_writer_fails_fast_without_a_wal_put(world: World) -> None:
+    """Once the newer epoch is committed, the zombie fails from the committed state alone: no WAL request."""
+    zombie = open_writer(world.ctx(), "orders", run="old")
+    newer = open_writer(world.ctx(), "orders", run="new")
+    finish_write(world.ctx(), data_entry(newer, _files("newer")), world.remove)
+    wal_before, puts_before = world.wal(), world.store.counts["PUT_IF_ABSENT"]
+    result = commit_entry(world.ctx(), data_entry(zombie, _files("zombie")))
+    assert (result.seq, result.outcome, result.by_peer) == (None, Outcome.FENCED, True)
+    assert result.detail == "writer 'orders' epoch 0 was fenced by epoch 1 at WAL seq 1"
+    with pytest.raises(
+        FencedWriterError,
+        match=r"^table model\.table: writer 'orders' epoch 0 was fenced by epoch 1 "
+        r"at WAL seq 1; stop this incarnation \(not retryable\)$",
+    ):
+        finish_write(world.ctx(), data_entry(zombie, _files("zombie")), world.remove)
+    assert world.wal() == wal_before
+    assert world.store.counts["PUT_IF_ABSENT"] == puts_before
+    assert world.removed == ["data/zombie-0.parquet"]
+    assert world.live_paths() == ["data/newer-0.parquet"]
+
+
+def test_entries_put_before_the_barrier_still_apply(world: World) -> None:
+    """Fencing is positional: the old incarnation's entry put before the newer barrier applies (I4 wording)."""
+    old = open_writer(world.ctx(), "orders", run="old")
+    ctx = world.ctx()
+    ctx.wal.append(data_entry(old, _files("early")), start=0)  # durable, not yet reconciled (driver died)
+    newer = open_writer(world.ctx(), "orders", run="new")
+    assert newer.epoch == 2
+    finish_write(world.ctx(), data_entry(newer, _files("newer")), world.remove)
+    assert world.live_paths() == ["data/early-0.parquet", "data/newer-0.parquet"]
+
+
+def test_operator_fence_commits_a_barrier(world: World) -> None:
+    """``fencedlake fence``: the barrier is committed at once, so a running incarnation fails fast."""
+    running = open_writer(world.ctx(), "orders", run="running")
+    epoch = fence_writer(world.ctx(), "orders")
+    assert epoch == 1
+    assert world.table.state.writers == {"orders": WriterState(1, "operator-fence")}
+    assert world.table.state.upper == 2
+    result = commit_entry(world.ctx(), data_entry(running, _files("late")))
+    assert (result.seq, result.outcome) == (None, Outcome.FENCED)
+
+
+# ---------------------------------------------------------------------------------------------- streaming runs
+
+
+def test_stream_epoch_new_run_registers_and_claims(world: World) -> None:
+    """A run the table has not seen registers with put-if-absent and claims with its next entry (None)."""
+    assert stream_epoch(world.ctx(), CommittedState(), "s", "run-1") is None
+    registration = json.loads(world.store.inner.objects["runs/s/run-1.json"])  # type: ignore[attr-defined]
+    assert (registration["writer"], registration["run"], len(registration["token"])) == ("s", "run-1", 32)
+
+
+def test_stream_epoch_same_run_uses_its_epoch_without_requests(world: World) -> None:
+    """The committed state says this run is current: use its epoch; no store request at all."""
+    state = CommittedState(upper=10, writers={"s": WriterState(epoch=4, run="run-1", query="q", last_batch=3)})
+    assert stream_epoch(world.ctx(), state, "s", "run-1") == 4
+    assert world.store.counts == {}
+
+
+def test_stream_epoch_new_run_claims_over_a_current_one(world: World) -> None:
+    """A new run while another run is current claims too: its claim fences the older run."""
+    state = CommittedState(writers={"s": WriterState(epoch=4, run="run-1")})
+    assert stream_epoch(world.ctx(), state, "s", "run-2") is None
+
+
+def test_stream_epoch_fenced_run_raises_naming_the_newer_epoch(world: World) -> None:
+    """A run that registered before and is no longer current was fenced: FencedWriterError, not a new claim."""
+    assert stream_epoch(world.ctx(), CommittedState(), "s", "run-1") is None
+    later = CommittedState(upper=12, writers={"s": WriterState(epoch=9, run="run-2", query="q")})
+    with pytest.raises(FencedWriterError) as err:
+        stream_epoch(world.ctx(), later, "s", "run-1")
+    assert str(err.value) == (
+        "writer 's' run run-1 was fenced by epoch 9 (run run-2) at WAL seq 9; stop this incarnation"
+    )
+
+
+def test_stream_epoch_registered_run_without_a_committed_claim_claims_again(world: World) -> None:
+    """Registered, but its claim never reached the table and no run is current: claim again."""
+    assert stream_epoch(world.ctx(), CommittedState(), "s", "run-1") is None
+    assert stream_epoch(world.ctx(), CommittedState(), "s", "run-1") is None
+    assert sorted(k for k in world.store.inner.objects if k.startswith("runs/")) == ["runs/s/run-1.json"]  # type: ignore[attr-defined]
+
+
+def test_stream_run_ids_that_are_not_key_safe_are_hashed(world: World) -> None:
+    """A run id with other characters is registered under a stable uuid5 name, so a second call finds it."""
+    run = "spark/run:1"
+    stream_epoch(world.ctx(), CommittedState(), "s", run)
+    key = f"runs/s/{uuid.uuid5(uuid.NAMESPACE_URL, run).hex}.json"
+    assert sorted(k for k in world.store.inner.objects if k.startswith("runs/")) == [key]  # type: ignore[attr-defined]
+    with pytest.raises(FencedWriterError):
+        stream_epoch(world.ctx(), CommittedState(writers={"s": WriterState(epoch=3, run="other")}), "s", run)
+
+
+def _stream_batch(world: World, run: str, batch: int) -> Outcome:
+    ctx = world.ctx()
+    view = ctx.port.load()
+    epoch = stream_epoch(ctx, view.state, "s", run)
+    ident = WriterIdentity("s", False, epoch, view.state.upper, run)
+    entry = data_entry(ident, _files(f"{run}-b{batch}"), batch=batch, query="q", strict=True)
+    return finish_write(ctx, entry, world.remove, view=view).outcome
+
+
+def test_streaming_restart_fences_the_old_run(world: World) -> None:
+    """Run 1 commits batches 0-1; run 2 replays batch 1 (duplicate, but its claim lands); run 1 is then fenced."""
+    assert [_stream_batch(world, "run-1", b) for b in (0, 1)] == [Outcome.APPLIED, Outcome.APPLIED]
+    assert world.table.state.writers["s"] == WriterState(0, "run-1", "q", 1)
+    assert _stream_batch(world, "run-2", 1) is Outcome.DUPLICATE
+    assert world.table.state.writers["s"] == WriterState(2, "run-2", "q", 1)
+    with pytest.raises(FencedWriterError, match="run run-1 was fenced by epoch 2 \\(run run-2\\)"):
+        _stream_batch(world, "run-1", 2)
+    assert _stream_batch(world, "run-2", 2) is Outcome.APPLIED
+    assert world.live_paths() == ["data/run-1-b0-0.parquet", "data/run-1-b1-0.parquet", "data/run-2-b2-0.parquet"]
+    assert world.removed == ["data/run-2-b1-0.parquet"]
+
+
+# ---------------------------------------------------------------------------------------------- real catalog
+
+
+def test_zombie_batch_job_is_fenced_on_a_real_iceberg_table(tmp_path: Path) -> None:
+    """Two jobs with one writer.id on a SQLite catalog: the first-opened one is fenced, its rows never land."""
+    from pyspark_fenced_sink.spark.driver import commit_files
+    from pyspark_fenced_sink.testing.harness import plan, rows, table_ids, write_tasks
+
+    wh = str(tmp_path / "wh")
+    zombie_plan = plan(wh, "db.events", writer_id="orders")
+    newer_plan = plan(wh, "db.events", writer_id="orders")
+    assert zombie_plan.identity is not None
+    assert newer_plan.identity is not None
+    assert (zombie_plan.identity.epoch, newer_plan.identity.epoch) == (0, 1)
+    zombie_messages = write_tasks(zombie_plan, rows("zombie", 0, 10))
+    zombie_files = [Path(str(f["p"]).removeprefix("file://")) for m in zombie_messages for f in m.files]
+    assert zombie_files
+    assert all(p.exists() for p in zombie_files)
+    with pytest.raises(FencedWriterError, match="writer 'orders' epoch 0 was fenced by epoch 1 at WAL seq 2"):
+        commit_files(zombie_plan, zombie_messages)
+    assert [p for p in zombie_files if p.exists()] == []
+    commit_files(newer_plan, write_tasks(newer_plan, rows("newer", 100, 10)))
+    assert table_ids(wh, "db.events") == list(range(100, 110))

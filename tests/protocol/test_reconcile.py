@@ -1,0 +1,441 @@
+"""Three-way reconciliation, pure (PROTOCOL.md §5; invariants I3, I4)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from pyspark_fenced_sink.protocol.reconcile import Outcome, Position, ReconcilePlan, _decide, position, reconcile
+from pyspark_fenced_sink.protocol.state import CommittedState, WriterState
+from pyspark_fenced_sink.protocol.wal import EntryKind, WalEntry
+
+A, D, F, G, Q, X, S, B, M = (
+    Outcome.APPLIED,
+    Outcome.DUPLICATE,
+    Outcome.FENCED,
+    Outcome.GAP,
+    Outcome.QUERY_MISMATCH,
+    Outcome.EXPIRED,
+    Outcome.SPEC_CHANGED,
+    Outcome.BARRIER,
+    Outcome.MARK,
+)
+
+
+def data(
+    token: str,
+    writer: str = "w",
+    *,
+    epoch: int | None = None,
+    batch: int | None = None,
+    strict: bool = False,
+    mode: str = "append",
+    files: int = 1,
+    query: str | None = None,
+    run: str | None = None,
+    spec_id: int | None = None,
+) -> WalEntry:
+    return WalEntry(
+        kind=EntryKind.DATA,
+        token=token,
+        writer=writer,
+        epoch=epoch,
+        run=run,
+        query=query,
+        batch=batch,
+        strict=strict,
+        mode=mode,
+        files=tuple({"p": f"{token}-{i}.parquet"} for i in range(files)),
+        spec_id=spec_id,
+        created_ms=0,
+    )
+
+
+def anon(token: str, *, opened: int = 0, mode: str = "append", files: int = 1) -> WalEntry:
+    return WalEntry(
+        kind=EntryKind.DATA,
+        token=token,
+        writer=f"anon-{token}",
+        ephemeral=True,
+        mode=mode,
+        opened=opened,
+        files=tuple({"p": f"{token}-{i}.parquet"} for i in range(files)),
+        created_ms=0,
+    )
+
+
+def fence(token: str, writer: str = "w", *, run: str | None = None) -> WalEntry:
+    return WalEntry(kind=EntryKind.FENCE, token=token, writer=writer, run=run, created_ms=0)
+
+
+def expire(token: str, before: int) -> WalEntry:
+    return WalEntry(kind=EntryKind.EXPIRE, token=token, writer="gc", expire_before=before, created_ms=0)
+
+
+def shape(plan: ReconcilePlan) -> tuple[list[tuple[int, str]], tuple[int, ...], bool, str, int]:
+    """(decisions as (seq, code), applied seqs, overwrite, stop, new upper)."""
+    return [(d.seq, d.outcome.value) for d in plan.decisions], plan.apply, plan.overwrite, plan.stop, plan.state.upper
+
+
+# ---------------------------------------------------------------------------------------------- basics
+
+
+@pytest.mark.parametrize(
+    ("seq", "upper", "expected"),
+    [(2, 3, Position.BELOW), (0, 3, Position.BELOW), (3, 3, Position.AT), (0, 0, Position.AT), (4, 3, Position.ABOVE)],
+)
+def test_position_is_three_way(seq: int, upper: int, expected: Position) -> None:
+    """Below, at or above the committed upper."""
+    assert position(seq, upper) is expected
+
+
+def test_outcome_codes_and_success() -> None:
+    """One letter per outcome in commit records; applied, duplicate, barrier and mark count as success."""
+    assert {o.name: o.value for o in Outcome} == {
+        "APPLIED": "A",
+        "DUPLICATE": "D",
+        "FENCED": "F",
+        "GAP": "G",
+        "QUERY_MISMATCH": "Q",
+        "EXPIRED": "X",
+        "SPEC_CHANGED": "S",
+        "BARRIER": "B",
+        "MARK": "M",
+    }
+    assert {o for o in Outcome if o.succeeded} == {A, D, B, M}
+
+
+# ---------------------------------------------------------------------------------------------- per-entry rules
+
+W = WriterState
+# fmt: off
+RULES: list[Any] = [
+    # id, writers before, expired_before, seq, entry, outcome, detail, writers after, expired_before after
+    ("expire-raises-mark", {}, 3, 9, expire("e", 7), M, "anonymous writes opened before upper 7 expire", {}, 7),
+    ("expire-never-lowers-mark", {}, 9, 9, expire("e", 7), M, "anonymous writes opened before upper 9 expire", {}, 9),
+    ("fence-opens-epoch", {}, 0, 5, fence("f", run="r5"), B, "writer 'w' epoch 5 opened", {"w": W(5, "r5")}, 0),
+    (
+        "fence-keeps-query-and-last-batch",
+        {"w": W(2, "r2", "q", 4)}, 0, 8, fence("f", run="r8"),
+        B, "writer 'w' epoch 8 opened", {"w": W(8, "r8", "q", 4)}, 0,
+    ),
+    (
+        "anonymous-opened-before-mark-expired",
+        {}, 5, 9, anon("a", opened=4),
+        X, "write opened at upper 4; gc expired writes opened before 5", {}, 5,
+    ),
+    ("anonymous-opened-at-mark-applied", {}, 5, 9, anon("a", opened=5), A, "", {}, 5),
+    (
+        "claim-of-another-query-mismatch",
+        {"w": W(2, "r2", "q1", 4)}, 0, 9, data("d", strict=True, query="q2", batch=5, run="r9"),
+        Q, "writer 'w' belongs to streaming query q1, not q2", {"w": W(2, "r2", "q1", 4)}, 0,
+    ),
+    (
+        "claim-of-same-query-opens-epoch-and-applies",
+        {"w": W(2, "r2", "q1", 4)}, 0, 9, data("d", strict=True, query="q1", batch=5, run="r9"),
+        A, "", {"w": W(9, "r9", "q1", 5)}, 0,
+    ),
+    (
+        "non-strict-claim-ignores-query",
+        {"w": W(2, None, "q1", 4)}, 0, 9, data("d", query="q2", batch=7, run="r9"),
+        A, "", {"w": W(9, "r9", "q2", 7)}, 0,
+    ),
+    (
+        "first-claim-of-a-writer",
+        {}, 0, 3, data("d", strict=True, query="q", batch=0, run="r3"),
+        A, "", {"w": W(3, "r3", "q", 0)}, 0,
+    ),
+    (
+        "replayed-batch-claim-is-duplicate-but-opens-epoch",
+        {"w": W(2, "r2", "q1", 4)}, 0, 9, data("d", strict=True, query="q1", batch=4, run="r9"),
+        D, "batch 4 of writer 'w' is at or below its last applied batch 4", {"w": W(9, "r9", "q1", 4)}, 0,
+    ),
+    ("live-epoch-applied", {"w": W(4)}, 0, 9, data("d", epoch=4), A, "", {"w": W(4)}, 0),
+    (
+        "older-epoch-fenced",
+        {"w": W(5, "r5")}, 0, 9, data("d", epoch=2, batch=1),
+        F, "writer 'w' epoch 2 was fenced by epoch 5 at WAL seq 9", {"w": W(5, "r5")}, 0,
+    ),
+    (
+        "unknown-epoch-fenced",
+        {"w": W(5)}, 0, 9, data("d", epoch=7),
+        F, "writer 'w' epoch 7 was fenced by epoch 5 at WAL seq 9", {"w": W(5)}, 0,
+    ),
+    (
+        "epoch-without-writer-state-fenced",
+        {}, 0, 9, data("d", epoch=2),
+        F, "writer 'w' epoch 2 was fenced by no open epoch at WAL seq 9", {}, 0,
+    ),
+    (
+        "batch-below-last-duplicate",
+        {"w": W(4, last_batch=10)}, 0, 9, data("d", epoch=4, batch=3),
+        D, "batch 3 of writer 'w' is at or below its last applied batch 10", {"w": W(4, last_batch=10)}, 0,
+    ),
+    (
+        "batch-at-last-duplicate",
+        {"w": W(4, last_batch=10)}, 0, 9, data("d", epoch=4, batch=10, strict=True),
+        D, "batch 10 of writer 'w' is at or below its last applied batch 10", {"w": W(4, last_batch=10)}, 0,
+    ),
+    (
+        "strict-batch-skipping-is-gap",
+        {"w": W(4, last_batch=10)}, 0, 9, data("d", epoch=4, batch=12, strict=True),
+        G, "batch 12 of writer 'w' skips batches after 10", {"w": W(4, last_batch=10)}, 0,
+    ),
+    (
+        "non-strict-batch-may-skip",
+        {"w": W(4, last_batch=10)}, 0, 9, data("d", epoch=4, batch=12),
+        A, "", {"w": W(4, last_batch=12)}, 0,
+    ),
+    (
+        "strict-next-batch-applied",
+        {"w": W(4, last_batch=10)}, 0, 9, data("d", epoch=4, batch=11, strict=True),
+        A, "", {"w": W(4, last_batch=11)}, 0,
+    ),
+    (
+        "first-batch-applied",
+        {"w": W(4)}, 0, 9, data("d", epoch=4, batch=7, strict=True),
+        A, "", {"w": W(4, None, None, 7)}, 0,
+    ),
+    (
+        "no-batch-keeps-last-batch",
+        {"w": W(4, last_batch=3)}, 0, 9, data("d", epoch=4),
+        A, "", {"w": W(4, last_batch=3)}, 0,
+    ),
+]
+# fmt: on
+
+
+@pytest.mark.parametrize(
+    ("writers", "expired", "seq", "entry", "outcome", "detail", "writers_after", "expired_after"),
+    [pytest.param(*row[1:], id=row[0]) for row in RULES],
+)
+def test_decide_rule_table(
+    writers: dict[str, WriterState],
+    expired: int,
+    seq: int,
+    entry: WalEntry,
+    outcome: Outcome,
+    detail: str,
+    writers_after: dict[str, WriterState],
+    expired_after: int,
+) -> None:
+    """Each row of PROTOCOL.md §5's per-entry table: outcome, message and state change."""
+    state = dict(writers)
+    assert _decide(seq, entry, state, expired) == (outcome, detail, expired_after)
+    assert state == writers_after
+
+
+# ---------------------------------------------------------------------------------------------- positions
+
+
+def test_entries_below_the_upper_are_dropped_and_the_rest_applied() -> None:
+    """BELOW entries are ignored (never applied again); the run from the upper on is applied."""
+    entries = {s: anon(f"t{s}") for s in range(5)}
+    plan = reconcile(CommittedState(upper=3), entries)
+    assert shape(plan) == ([(3, "A"), (4, "A")], (3, 4), False, "tail", 5)
+    assert [d.token for d in plan.decisions] == ["t3", "t4"]
+
+
+def test_only_entries_below_the_upper_decide_nothing() -> None:
+    """Entries all below the upper: an empty plan that ends at the tail and does not pin anything."""
+    base = CommittedState(upper=3)
+    plan = reconcile(base, {1: anon("a"), 2: anon("b")})
+    assert shape(plan) == ([], (), False, "tail", 3)
+    assert plan.state == base
+
+
+def test_entry_at_the_upper_is_applied() -> None:
+    """AT: the entry at the upper is reconciled now and the upper moves past it."""
+    plan = reconcile(CommittedState(upper=7), {7: anon("a")})
+    assert shape(plan) == ([(7, "A")], (7,), False, "tail", 8)
+
+
+def test_entries_above_a_missing_position_wait() -> None:
+    """ABOVE: with the upper's position missing, nothing is decided and the plan says ``gap``."""
+    base = CommittedState(upper=0)
+    plan = reconcile(base, {1: anon("a"), 2: anon("b")})
+    assert shape(plan) == ([], (), False, "gap", 0)
+    assert plan.state == base
+
+
+def test_a_missing_position_stops_the_group() -> None:
+    """The group is the contiguous run from the upper; it stops before a hole."""
+    plan = reconcile(CommittedState(), {0: anon("a"), 1: anon("b"), 3: anon("d")})
+    assert shape(plan) == ([(0, "A"), (1, "A")], (0, 1), False, "gap", 2)
+
+
+def test_a_reconciled_group_is_never_applied_again() -> None:
+    """Reconciling again from the new state with the same entries decides nothing (I3)."""
+    entries = {0: anon("a"), 1: anon("b"), 2: fence("f")}
+    plan = reconcile(CommittedState(), entries)
+    again = reconcile(plan.state, entries)
+    assert shape(again) == ([], (), False, "tail", 3)
+
+
+@pytest.mark.parametrize(
+    ("count", "max_group", "expected"),
+    [
+        (5, 2, ([(0, "A"), (1, "A")], (0, 1), False, "limit", 2)),
+        (5, 5, ([(s, "A") for s in range(5)], (0, 1, 2, 3, 4), False, "tail", 5)),
+        (5, 1, ([(0, "A")], (0,), False, "limit", 1)),
+    ],
+)
+def test_max_group_bounds_a_plan(count: int, max_group: int, expected: Any) -> None:
+    """At most ``max_group`` positions per plan; exactly ``max_group`` pending ends at the tail."""
+    entries = {s: anon(f"t{s}") for s in range(count)}
+    assert shape(reconcile(CommittedState(), entries, max_group=max_group)) == expected
+
+
+def test_max_group_counts_non_applied_entries_too() -> None:
+    """Barriers and rejected entries take a slot in the group like applied ones."""
+    entries = {0: fence("f0"), 1: fence("f1"), 2: anon("a")}
+    assert shape(reconcile(CommittedState(), entries, max_group=2)) == ([(0, "B"), (1, "B")], (), False, "limit", 2)
+
+
+# ---------------------------------------------------------------------------------------------- overwrite
+
+
+def test_an_overwrite_after_applied_entries_starts_the_next_plan() -> None:
+    """A plan holds one overwrite, only as its first applied entry: append, overwrite -> two commits."""
+    entries = {0: anon("a"), 1: anon("o", mode="overwrite"), 2: anon("c")}
+    first = reconcile(CommittedState(), entries)
+    assert shape(first) == ([(0, "A")], (0,), False, "overwrite", 1)
+    second = reconcile(first.state, entries)
+    assert shape(second) == ([(1, "A"), (2, "A")], (1, 2), True, "tail", 3)
+
+
+def test_two_overwrites_go_to_two_commits() -> None:
+    """Each overwrite is its own catalog commit."""
+    entries = {0: anon("o1", mode="overwrite"), 1: anon("o2", mode="overwrite")}
+    assert shape(reconcile(CommittedState(), entries)) == ([(0, "A")], (0,), True, "overwrite", 1)
+
+
+def test_an_overwrite_after_only_non_applied_entries_leads_the_plan() -> None:
+    """Barriers and rejected entries before an overwrite do not split the plan."""
+    state = CommittedState(writers={"w": W(0, last_batch=5)})
+    entries = {0: fence("f", writer="v"), 1: data("dup", epoch=0, batch=5), 2: anon("o", mode="overwrite")}
+    assert shape(reconcile(state, entries)) == ([(0, "B"), (1, "D"), (2, "A")], (2,), True, "tail", 3)
+
+
+def test_a_rejected_overwrite_does_not_stop_the_group() -> None:
+    """Only an overwrite that would apply splits the plan; a duplicate overwrite is decided in line."""
+    state = CommittedState(writers={"w": W(0, last_batch=5)})
+    entries = {0: anon("a"), 1: data("dup", epoch=0, batch=5, mode="overwrite"), 2: anon("c")}
+    assert shape(reconcile(state, entries)) == ([(0, "A"), (1, "D"), (2, "A")], (0, 2), False, "tail", 3)
+
+
+# ---------------------------------------------------------------------------------------------- spec changes
+
+
+@pytest.mark.parametrize(
+    ("entry_spec", "files", "table_spec", "expected"),
+    [
+        (1, 1, 2, S),
+        (1, 0, 2, A),
+        (None, 1, 2, A),
+        (1, 1, None, A),
+        (2, 1, 2, A),
+        (0, 1, 1, S),
+    ],
+    ids=["other-spec", "no-files", "entry-spec-unknown", "table-spec-untracked", "same-spec", "spec-zero"],
+)
+def test_files_of_another_partition_spec_are_rejected(
+    entry_spec: int | None, files: int, table_spec: int | None, expected: Outcome
+) -> None:
+    """Data files written with a spec other than the table's default are SPEC_CHANGED; nothing else is."""
+    state = CommittedState(writers={"w": W(0)})
+    plan = reconcile(state, {0: data("d", epoch=0, files=files, spec_id=entry_spec)}, spec_id=table_spec)
+    assert [d.outcome for d in plan.decisions] == [expected]
+    assert plan.apply == (() if expected is S else (0,))
+
+
+def test_spec_changed_claim_keeps_the_epoch_but_not_the_batch() -> None:
+    """A rejected claim still opens its epoch (the run is current) but its batch is not recorded as applied."""
+    state = CommittedState(writers={"w": W(2, "r2", "q", 4)})
+    entry = data("d", strict=True, query="q", batch=5, run="r5", spec_id=1)
+    plan = reconcile(CommittedState(upper=5, writers=state.writers), {5: entry}, spec_id=2)
+    assert shape(plan) == ([(5, "S")], (), False, "tail", 6)
+    assert plan.decisions[0].detail == "files were written with partition spec 1; the table's spec is now 2"
+    assert plan.state.writers == {"w": W(5, "r5", "q", 4)}
+
+
+def test_spec_changed_entry_of_a_live_epoch_keeps_last_batch() -> None:
+    """A rejected batch does not advance the writer's last batch: its re-run is not a duplicate."""
+    state = CommittedState(writers={"w": W(0, last_batch=3)})
+    plan = reconcile(state, {0: data("d", epoch=0, batch=4, spec_id=1)}, spec_id=2)
+    assert [d.outcome for d in plan.decisions] == [S]
+    assert plan.state.writers == {"w": W(0, last_batch=3)}
+
+
+# ---------------------------------------------------------------------------------------------- whole plans
+
+
+def test_zombie_entries_after_a_newer_barrier_are_fenced() -> None:
+    """Epoch 0's entry before the barrier of epoch 2 applies; its entry after the barrier is fenced (I4)."""
+    entries = {
+        0: fence("f0", run="rA"),
+        1: data("z-before", epoch=0),
+        2: fence("f2", run="rB"),
+        3: data("z-after", epoch=0),
+        4: data("live", epoch=2),
+    }
+    plan = reconcile(CommittedState(), entries)
+    assert shape(plan) == ([(0, "B"), (1, "A"), (2, "B"), (3, "F"), (4, "A")], (1, 4), False, "tail", 5)
+    assert plan.decisions[3].detail == "writer 'w' epoch 0 was fenced by epoch 2 at WAL seq 3"
+    assert plan.state.writers == {"w": W(2, "rB")}
+
+
+def test_one_plan_with_every_outcome() -> None:
+    """A WAL holding every kind of entry: the exact decisions, applied positions and resulting state."""
+    entries = {
+        0: fence("f-w-a", run="rA"),
+        1: data("w-b1", epoch=0, batch=1),
+        2: fence("f-w-b", run="rB"),
+        3: data("zombie", epoch=0, batch=2),
+        4: data("w-b1-rerun", epoch=2, batch=1),
+        5: expire("gc", 3),
+        6: anon("old", opened=2),
+        7: anon("new", opened=3),
+        8: data("s-b0", "s", strict=True, query="q1", batch=0, run="r1"),
+        9: data("s-b2", "s", epoch=8, strict=True, query="q1", batch=2, run="r1"),
+        10: data("s-other-query", "s", strict=True, query="q2", batch=1, run="r2"),
+        11: data("w-b2-old-spec", epoch=2, batch=2, spec_id=1),
+        12: data("s-b1", "s", epoch=8, strict=True, query="q1", batch=1, run="r1", spec_id=2),
+    }
+    plan = reconcile(CommittedState(), entries, spec_id=2)
+    codes = "".join(d.outcome.value for d in plan.decisions)
+    assert codes == "BABFDMXAAGQSA"
+    assert {d.outcome for d in plan.decisions} == set(Outcome)
+    assert plan.apply == (1, 7, 8, 12)
+    assert (plan.overwrite, plan.stop) == (False, "tail")
+    assert plan.state == CommittedState(
+        upper=13,
+        writers={"w": W(2, "rB", None, 1), "s": W(8, "r1", "q1", 1)},
+        expired_before=3,
+    )
+    assert [d.token for d in plan.decisions] == [entries[s].token for s in range(13)]
+    assert [d.writer for d in plan.decisions][:3] == ["w", "w", "w"]
+
+
+def test_reconcile_does_not_mutate_its_input_state() -> None:
+    """The base state's writer map is left as it was; the plan carries the base unchanged."""
+    writers = {"w": W(0, last_batch=1)}
+    base = CommittedState(upper=0, writers=writers)
+    plan = reconcile(base, {0: fence("f"), 1: data("d", epoch=0, batch=9)})
+    assert writers == {"w": W(0, last_batch=1)}
+    assert plan.base is base
+    assert plan.state.writers == {"w": W(0, None, None, 9)}
+
+
+def test_decision_for_and_applied_before() -> None:
+    """decision_for answers only inside the plan's range; applied_before looks at applied positions only."""
+    state = CommittedState(upper=5, writers={"w": W(0)})
+    plan = reconcile(state, {5: fence("f", writer="v"), 6: anon("a"), 7: data("z", epoch=9)})
+    assert shape(plan) == ([(5, "B"), (6, "A"), (7, "F")], (6,), False, "tail", 8)
+    assert plan.decision_for(4) is None
+    assert plan.decision_for(8) is None
+    decided = plan.decision_for(7)
+    assert decided is not None
+    assert (decided.token, decided.outcome) == ("z", F)
+    assert (plan.applied_before(6), plan.applied_before(7), plan.applied_before(100)) == (False, True, True)

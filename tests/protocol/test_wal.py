@@ -1,0 +1,328 @@
+"""The WAL: entry codec, key layout, put-if-absent append (PROTOCOL.md step 3, §2.1; invariants I6, I7)."""
+
+from __future__ import annotations
+
+import json
+import random
+import threading
+import time
+from dataclasses import replace
+
+import pytest
+
+from pyspark_fenced_sink.errors import CommitOutcomeUnknownError, CorruptControlDataError, StoreError
+from pyspark_fenced_sink.protocol.layout import seq_of, wal_key
+from pyspark_fenced_sink.protocol.wal import FORMAT_VERSION, EntryKind, Wal, WalEntry, decode_entry, encode_entry
+from pyspark_fenced_sink.store.base import CountingStore
+from pyspark_fenced_sink.store.local import LocalStore
+from pyspark_fenced_sink.store.memory import MemoryStore
+
+
+def _no_sleep(_: float) -> None:
+    return None
+
+
+def _entry(token: str, writer: str = "w", **kwargs: object) -> WalEntry:
+    return WalEntry(kind=EntryKind.DATA, token=token, writer=writer, created_ms=1, **kwargs)  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------------------------------------- codec
+
+ENTRIES = {
+    "data-full": WalEntry(
+        kind=EntryKind.DATA,
+        token="0123456789abcdef0123456789abcdef",
+        writer="orders",
+        epoch=7,
+        run="run-1",
+        query="query-1",
+        batch=12,
+        strict=True,
+        mode="overwrite",
+        files=({"p": "s3://b/t/data/w-orders~7~3~12~0-0-ab.parquet", "s": 0, "n": 10},),
+        opened=3,
+        created_ms=1_700_000_000_000,
+        rows=10,
+        spec_id=2,
+    ),
+    "data-zeros": WalEntry(kind=EntryKind.DATA, token="t0", writer="w", epoch=0, batch=0, spec_id=0, created_ms=0),
+    "data-claim": WalEntry(kind=EntryKind.DATA, token="t1", writer="w", run="r", query="q", batch=3, strict=True),
+    "data-anonymous": WalEntry(kind=EntryKind.DATA, token="t2", writer="anon-1", ephemeral=True, opened=5),
+    "fence": WalEntry(kind=EntryKind.FENCE, token="t3", writer="orders", run="operator-fence"),
+    "expire": WalEntry(kind=EntryKind.EXPIRE, token="t4", writer="gc", expire_before=0),
+}
+
+
+@pytest.mark.parametrize("entry", ENTRIES.values(), ids=ENTRIES.keys())
+def test_every_entry_kind_round_trips(entry: WalEntry) -> None:
+    """decode(encode(e)) == e for every kind, including zero-valued epoch/batch/spec/expiry fields."""
+    assert decode_entry(encode_entry(entry)) == entry
+
+
+def test_encoding_is_compact_versioned_json_without_defaults() -> None:
+    """The encoding is sorted compact JSON with ``v``; default-valued optional fields are left out."""
+    raw = encode_entry(WalEntry(kind=EntryKind.FENCE, token="tok", writer="w", created_ms=5))
+    assert raw == b'{"created_ms":5,"kind":"fence","token":"tok","v":1,"writer":"w"}'
+    assert json.loads(raw)["v"] == FORMAT_VERSION
+
+
+def test_claims_only_for_stable_data_or_fence_without_epoch() -> None:
+    """An entry claims an epoch iff it is a stable writer's data/fence entry with no epoch."""
+    assert ENTRIES["data-claim"].claims is True
+    assert ENTRIES["fence"].claims is True
+    assert ENTRIES["data-full"].claims is False
+    assert ENTRIES["data-anonymous"].claims is False
+    assert ENTRIES["expire"].claims is False
+    assert ENTRIES["data-zeros"].claims is False  # epoch 0 is an epoch, not a claim
+
+
+CORRUPT = {
+    "not-json": b"{not json",
+    "not-utf8": b"\xff\xfe\x00",
+    "json-list": b"[1, 2]",
+    "json-null": b"null",
+    "no-kind": b'{"v":1,"token":"t","writer":"w"}',
+    "no-token": b'{"v":1,"kind":"data","writer":"w"}',
+    "bad-kind": b'{"v":1,"kind":"delete","token":"t","writer":"w"}',
+    "bad-mode": b'{"v":1,"kind":"data","token":"t","writer":"w","mode":"merge"}',
+    "bad-epoch": b'{"v":1,"kind":"data","token":"t","writer":"w","epoch":"seven"}',
+    "bad-files": b'{"v":1,"kind":"data","token":"t","writer":"w","files":5}',
+    "files-a-string": b'{"v":1,"kind":"data","token":"t","writer":"w","files":"abc"}',
+    "files-not-objects": b'{"v":1,"kind":"data","token":"t","writer":"w","files":[{"p":"a"},5]}',
+    "files-an-object": b'{"v":1,"kind":"data","token":"t","writer":"w","files":{"p":"a"}}',
+    "empty": b"",
+}
+
+
+@pytest.mark.parametrize("raw", CORRUPT.values(), ids=CORRUPT.keys())
+def test_corrupt_entry_raises_corrupt_control_data_naming_the_key(raw: bytes) -> None:
+    """Anything that is not a valid entry is CorruptControlDataError naming the object (not retryable)."""
+    with pytest.raises(CorruptControlDataError, match=r"WAL object tbl/wal/00000000000000000004\.json") as err:
+        decode_entry(raw, "tbl/wal/00000000000000000004.json")
+    assert err.value.retryable is False
+
+
+@pytest.mark.parametrize("version", [None, 0, 2])
+def test_other_format_version_says_upgrade(version: int | None) -> None:
+    """An entry of another (or no) format version is corrupt for this reader, and the message says upgrade."""
+    body = {"kind": "data", "token": "t", "writer": "w"}
+    if version is not None:
+        body["v"] = version  # type: ignore[assignment]
+    with pytest.raises(CorruptControlDataError, match=f"format version {version!r}.*upgrade fencedlake"):
+        decode_entry(json.dumps(body).encode(), "k")
+
+
+# ---------------------------------------------------------------------------------------------- key layout
+
+
+def test_wal_key_is_zero_padded_to_twenty_digits() -> None:
+    """Position 0 and the largest 20-digit position have fixed-width keys."""
+    assert wal_key(0) == "wal/00000000000000000000.json"
+    assert wal_key(1822) == "wal/00000000000000001822.json"
+    assert wal_key(10**20 - 1) == "wal/99999999999999999999.json"
+
+
+def test_wal_key_order_is_numeric_order() -> None:
+    """Sorting keys as strings (what LIST does) sorts positions numerically."""
+    seqs = [0, 1, 9, 10, 11, 99, 100, 101, 999, 1000, 123456789, 10**19]
+    shuffled = seqs[:]
+    random.Random(7).shuffle(shuffled)
+    assert [seq_of(k) for k in sorted(wal_key(s) for s in shuffled)] == seqs
+
+
+def test_wal_key_rejects_negative_positions() -> None:
+    """A negative position has no key."""
+    with pytest.raises(ValueError, match="got -1"):
+        wal_key(-1)
+
+
+@pytest.mark.parametrize(
+    ("key", "seq"),
+    [
+        ("wal/00000000000000000042.json", 42),
+        ("00000000000000000042.json", 42),
+        ("wal/0000000000000000042.json", None),  # 19 digits
+        ("wal/00000000000000000042.json.tmp", None),
+        ("wal/.00000000000000000042.json.1f2e.tmp", None),
+        ("wal/0000000000000000004x.json", None),
+        ("wal/00000000000000000042.txt", None),
+        ("runs/w/r.json", None),
+    ],
+)
+def test_seq_of_parses_only_wal_keys(key: str, seq: int | None) -> None:
+    """seq_of inverts wal_key and ignores temporary files and other objects."""
+    assert seq_of(key) == seq
+
+
+# ---------------------------------------------------------------------------------------------- scan / read
+
+
+def test_scan_lists_positions_from_a_start() -> None:
+    """scan(start) returns the present positions >= start, sorted, ignoring foreign objects."""
+    store = MemoryStore()
+    for seq in (0, 1, 2, 5, 9):
+        store.put_if_absent(wal_key(seq), b"{}")
+    store.put_if_absent("wal/notes.txt", b"x")
+    wal = Wal(store)
+    assert wal.scan(0) == [0, 1, 2, 5, 9]
+    assert wal.scan(2) == [2, 5, 9]
+    assert wal.scan(3) == [5, 9]
+    assert wal.scan(10) == []
+
+
+def test_scan_is_one_list_request() -> None:
+    """scan costs exactly one LIST and no GET."""
+    counting = CountingStore(MemoryStore())
+    Wal(counting).scan(4)
+    assert dict(counting.counts) == {"LIST": 1}
+
+
+def test_read_returns_the_entry_or_none_and_names_a_corrupt_key() -> None:
+    """read(seq) decodes the object at wal_key(seq); a corrupt one names the label and key."""
+    store = MemoryStore()
+    entry = _entry("tok")
+    store.put_if_absent(wal_key(0), encode_entry(entry))
+    store.put_if_absent(wal_key(1), b"garbage")
+    wal = Wal(store, label="db.events")
+    assert wal.read(0) == entry
+    assert wal.read(2) is None
+    with pytest.raises(CorruptControlDataError, match=r"db\.events/wal/00000000000000000001\.json"):
+        wal.read(1)
+
+
+# ---------------------------------------------------------------------------------------------- append
+
+
+def test_append_to_an_empty_wal_takes_the_start_position_with_one_put() -> None:
+    """An uncontended append costs one LIST and one conditional PUT, at position ``start``."""
+    counting = CountingStore(MemoryStore())
+    seq = Wal(counting, sleep=_no_sleep).append(_entry("a"), start=3)
+    assert seq == 3
+    assert dict(counting.counts) == {"LIST": 1, "PUT_IF_ABSENT": 1}
+
+
+def test_append_goes_after_the_tail_it_sees() -> None:
+    """With positions up to 4 present, the next append lands at 5."""
+    store = MemoryStore()
+    wal = Wal(store, sleep=_no_sleep)
+    assert [wal.append(_entry(f"t{i}"), start=0) for i in range(5)] == [0, 1, 2, 3, 4]
+    assert wal.append(_entry("t5"), start=2) == 5
+    assert [decode_entry(store.objects[wal_key(s)]).token for s in range(6)] == ["t0", "t1", "t2", "t3", "t4", "t5"]
+
+
+def test_append_that_loses_its_position_moves_to_the_new_tail() -> None:
+    """A peer takes the position between our LIST and our PUT: we read its token, re-list and take the next."""
+    store = MemoryStore()
+    peer = Wal(store, sleep=_no_sleep)
+    raced: list[str] = []
+
+    def before_put(key: str) -> None:
+        if not raced:
+            raced.append(key)
+            peer.append(_entry("peer"), start=0)  # lands at 0 while we are about to put 0
+        return None
+
+    store.before_put = before_put
+    seq = Wal(store, sleep=_no_sleep).append(_entry("mine"), start=0)
+    assert raced == [wal_key(0)]
+    assert seq == 1
+    assert {k: decode_entry(v).token for k, v in store.objects.items()} == {wal_key(0): "peer", wal_key(1): "mine"}
+
+
+@pytest.mark.parametrize("backend", ["memory", "local"])
+def test_racing_appenders_fill_contiguous_positions_each_entry_once(backend: str, tmp_path: object) -> None:
+    """Four threads append 25 entries each at once: positions 0..99, no gap, every entry exactly once."""
+    inner = MemoryStore() if backend == "memory" else LocalStore(str(tmp_path))
+    if isinstance(inner, MemoryStore):
+        inner.before_op = lambda kind, key: time.sleep(0)  # yield the GIL between requests: more interleavings
+    store = CountingStore(inner)
+    barrier = threading.Barrier(4)
+    positions: dict[str, int] = {}
+    errors: list[BaseException] = []
+
+    def appender(name: str) -> None:
+        wal = Wal(store, sleep=_no_sleep)
+        barrier.wait()
+        try:
+            for i in range(25):
+                token = f"{name}-{i:02d}"
+                positions[token] = wal.append(_entry(token, writer=name), start=0)
+        except BaseException as e:  # noqa: BLE001 - reported by the assertion below
+            errors.append(e)
+
+    threads = [threading.Thread(target=appender, args=(f"w{n}",)) for n in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert store.counts["GET"] > 0, "no append ever lost a position: the race was not exercised"
+    wal = Wal(store)
+    assert wal.scan(0) == list(range(100))
+    on_disk = {wal.read(s).token: s for s in range(100)}  # type: ignore[union-attr]
+    assert on_disk == positions
+    for name in ("w0", "w1", "w2", "w3"):
+        own = [positions[f"{name}-{i:02d}"] for i in range(25)]
+        assert own == sorted(own), f"{name}'s appends are not in its own order: {own}"
+
+
+def test_append_resolves_its_own_lost_after_put_to_its_own_seq() -> None:
+    """The put lands but its response is lost: the retry reads its own token back; no duplicate entry."""
+    store = MemoryStore()
+    faults = ["lost-after"]
+    store.before_put = lambda key: faults.pop() if faults else None
+    entry = _entry("mine")
+    seq = Wal(store, sleep=_no_sleep).append(entry, start=0)
+    assert seq == 0
+    assert store.objects == {wal_key(0): encode_entry(entry)}
+
+
+def test_append_retries_a_lost_before_put_on_the_same_position() -> None:
+    """The put never reached the store: retried on the same key, created there."""
+    store = MemoryStore()
+    puts: list[str] = []
+    faults = ["lost-before", "lost-before"]
+
+    def before_put(key: str) -> str | None:
+        puts.append(key)
+        return faults.pop() if faults else None
+
+    store.before_put = before_put
+    assert Wal(store, sleep=_no_sleep).append(_entry("mine"), start=0) == 0
+    assert puts == [wal_key(0)] * 3
+    assert list(store.objects) == [wal_key(0)]
+
+
+def test_append_that_cannot_confirm_an_ambiguous_put_is_outcome_unknown() -> None:
+    """Every attempt ambiguous: CommitOutcomeUnknownError carrying the position (never a guess)."""
+    store = MemoryStore()
+    store.before_put = lambda key: "lost-before"
+    wal = Wal(store, label="db.events", sleep=_no_sleep)
+    with pytest.raises(CommitOutcomeUnknownError, match=r"db\.events/wal/00000000000000000002\.json") as err:
+        wal.append(_entry("mine"), start=2)
+    assert err.value.seq == 2
+    assert isinstance(err.value.__cause__, StoreError)
+
+
+def test_append_definite_store_failure_is_a_store_error_not_unknown() -> None:
+    """Puts that definitely failed leave nothing durable: StoreError (retryable), not outcome unknown."""
+
+    class Refusing(MemoryStore):
+        def put_if_absent(self, key: str, data: bytes) -> bool:
+            raise StoreError("403 AccessDenied", ambiguous=False)
+
+    with pytest.raises(StoreError) as err:
+        Wal(Refusing(), sleep=_no_sleep).append(_entry("mine"), start=0)
+    assert not isinstance(err.value, CommitOutcomeUnknownError)
+    assert err.value.ambiguous is False
+
+
+def test_append_after_a_peer_token_never_overwrites() -> None:
+    """A position holding another entry keeps it; the entry with a different token goes to the next one."""
+    store = MemoryStore()
+    first = _entry("first")
+    store.put_if_absent(wal_key(0), encode_entry(first))
+    seq = Wal(store, sleep=_no_sleep).append(replace(first, token="second"), start=0)
+    assert seq == 1
+    assert decode_entry(store.objects[wal_key(0)]).token == "first"
+    assert decode_entry(store.objects[wal_key(1)]).token == "second"
