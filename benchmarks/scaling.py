@@ -191,8 +191,8 @@ def _point(
 def _wal_len(wh: str, table: str) -> int:
     from pyspark_fenced_sink.protocol.layout import control_root
 
-    location = harness.open_catalog(wh).load_table(table).metadata.location
-    wal = Path(control_root(location).removeprefix("file://")) / "wal"
+    metadata = harness.open_catalog(wh).load_table(table).metadata
+    wal = Path(control_root(metadata.location, str(metadata.table_uuid)).removeprefix("file://")) / "wal"
     return sum(1 for n in os.listdir(wal) if n.endswith(".json")) if wal.is_dir() else 0
 
 

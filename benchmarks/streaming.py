@@ -157,7 +157,7 @@ def _fenced_ids(wh: str, table: str) -> tuple[int, int, int, int, list[float]]:
     distinct = pc.count_distinct(ids).as_py() if n else 0
     # The commit step of each batch: from its WAL entry being built (``created_ms``, just before the WAL put)
     # to its snapshot being built (``timestamp_ms``, just before the catalog commit request).
-    wal = Path(control_root(t.metadata.location).removeprefix("file://"))
+    wal = Path(control_root(t.metadata.location, str(t.metadata.table_uuid)).removeprefix("file://"))
     commit_ms = []
     for s in t.metadata.snapshots:
         record = decode_record(s.summary.additional_properties if s.summary else {})

@@ -63,7 +63,7 @@ class S3Request:
     @property
     def is_wal_put(self) -> bool:
         """A put-if-absent of a WAL position (the protocol's conditional write)."""
-        return self.method == "PUT" and "/_fencedlake/wal/" in self.path
+        return self.method == "PUT" and "/_fencedlake/" in self.path and "/wal/" in self.path
 
     @property
     def is_data_put(self) -> bool:

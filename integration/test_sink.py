@@ -84,9 +84,10 @@ def test_writes_land_on_s3_through_the_postgres_catalog_exactly_once(
     data_files = table.inspect.files().column("file_path").to_pylist()
     assert data_files, "no data files"
     assert all(p.startswith(f"{location}/data/") and s3fs_fs.exists(p) for p in data_files), data_files
-    wal_objects = s3fs_fs.ls(f"{location}/_fencedlake/wal/")
     state = CommittedState.decode(table.properties[STATE_PROPERTY])
-    assert state.writers["a"].last_batch == 1
+    assert state.root == f"{location}/_fencedlake/{table.metadata.table_uuid}"
+    wal_objects = s3fs_fs.ls(f"{state.root}/wal/")
+    assert state.writers["a"].batches.intervals == ((0, 1),)
     assert len(wal_objects) >= state.upper >= 6  # 4 fence barriers + 3 applied entries (+ the duplicate)
     assert _violations(sink_options, s3fs_fs) == []
 
@@ -176,3 +177,105 @@ def test_spark_append_and_overwrite_through_postgres_catalog_on_s3(
     assert table.current_snapshot().summary.operation.value == "overwrite"
     assert table.metadata.location.startswith("s3://")
     assert _violations(sink_options, s3fs_fs) == []
+
+
+# ---------------------------------------------------------------------------------------------- identity, operators
+
+
+def _catalog(options: Mapping[str, str]) -> Any:
+    return load_catalog(parse_options(options).catalog)
+
+
+def _cli(options: Mapping[str, str], *argv: str) -> int:
+    from pyspark_fenced_sink.ops.cli import main
+
+    props = [a for k, v in options.items() if k.startswith("catalog.") for a in ("--catalog-prop", f"{k[8:]}={v}")]
+    return main([argv[0], options["table"], *argv[1:], *props])
+
+
+def test_drop_and_recreate_on_postgres_never_replays_the_old_log(sink_options: dict[str, str], s3fs_fs: Any) -> None:
+    """DROP (files kept) on the PostgreSQL catalog, then write again: only the new rows, old batch ids apply."""
+    for b in range(3):
+        _write(sink_options, rows("old", b * 10, 10), **{"writer.id": "etl", "writer.batch-id": str(b)})
+    _catalog(sink_options).drop_table(sink_options["table"])
+    again = _write(sink_options, rows("new", 500, 5), **{"writer.id": "etl", "writer.batch-id": "1"})
+    assert again.outcome is Outcome.APPLIED
+    assert _ids(sink_options) == list(range(500, 505))
+    assert _violations(sink_options, s3fs_fs) == []
+
+
+def test_a_spec_change_and_revert_on_postgres_never_applies_a_rejected_write(
+    sink_options: dict[str, str], s3fs_fs: Any
+) -> None:
+    """Another engine adds a partition field under a running write and reverts it: the write stays rejected."""
+    from pyspark_fenced_sink.errors import WriteRejectedError
+    from pyspark_fenced_sink.testing.harness import commit
+
+    _write(sink_options, rows("a", 0, 5))
+    running = plan_write(dict(sink_options), SCHEMA, False, streaming=False)
+    messages = write_tasks(running, rows("late", 50, 5))
+    with _table(sink_options).update_spec() as update:
+        update.add_identity("writer")
+    with pytest.raises(WriteRejectedError, match="partition spec"):
+        commit(running, messages)
+    with _table(sink_options).update_spec() as update:
+        update.remove_field("writer")
+    _write(sink_options, rows("b", 10, 5))
+    assert _ids(sink_options) == [*range(5), *range(10, 15)]
+    assert _violations(sink_options, s3fs_fs) == []
+
+
+def test_a_damaged_wal_object_on_s3_is_skipped_by_the_operator(sink_options: dict[str, str], s3fs_fs: Any) -> None:
+    """A damaged entry blocks the table (recover exits 2, then 3) until `fencedlake skip`; then it moves on."""
+    from pyspark_fenced_sink.protocol.layout import wal_key
+    from pyspark_fenced_sink.protocol.outcome import data_entry
+
+    _write(sink_options, rows("a", 0, 5))
+    opened = open_target(sink_options, sink_options["table"])
+    upper = opened.view.state.upper
+    for start in (100, 200):  # two durable entries of dead drivers
+        dead = plan_write(dict(sink_options), SCHEMA, False, streaming=False)
+        files = [f for m in write_tasks(dead, rows("dead", start, 2)) for f in m.files]
+        assert dead.identity is not None
+        opened.ctx.wal.append(data_entry(dead.identity, files, rows=2), start=upper)
+    damaged = f"{opened.view.state.root}/{wal_key(upper)}"
+    s3fs_fs.pipe_file(damaged, b"{damaged")
+    assert _cli(sink_options, "recover") == 2
+    s3fs_fs.rm_file(damaged)
+    assert _cli(sink_options, "recover") == 3
+    assert _cli(sink_options, "skip", str(upper), "--reason", "damaged in the integration test") == 0
+    assert _ids(sink_options) == [*range(5), 200, 201]
+    assert _violations(sink_options, s3fs_fs) == []
+
+
+def test_a_removed_state_on_postgres_is_refused_and_repaired(sink_options: dict[str, str], s3fs_fs: Any) -> None:
+    """The state property removed by another tool: writes refuse; repair-state rebuilds it from S3 and the records."""
+    from pyspark_fenced_sink.errors import TableStateError
+
+    for b in range(3):
+        _write(sink_options, rows("w", b * 10, 10), **{"writer.id": "etl", "writer.batch-id": str(b)})
+    assert _cli(sink_options, "gc", "--grace", "0s") == 0  # truncates and checkpoints
+    _write(sink_options, rows("w", 30, 10), **{"writer.id": "etl", "writer.batch-id": "3"})
+    before = _table(sink_options).properties[STATE_PROPERTY]
+    with _table(sink_options).transaction() as tx:
+        tx.remove_properties(STATE_PROPERTY)
+    with pytest.raises(TableStateError, match="repair-state"):
+        _write(sink_options, rows("x", 900, 1))
+    assert _cli(sink_options, "repair-state") == 0
+    assert CommittedState.decode(_table(sink_options).properties[STATE_PROPERTY]) == CommittedState.decode(before)
+    rerun = _write(sink_options, rows("w", 30, 10), **{"writer.id": "etl", "writer.batch-id": "3"})
+    assert rerun.outcome is Outcome.DUPLICATE
+    assert _ids(sink_options) == list(range(40))
+
+
+def test_gc_on_postgres_keeps_tagged_snapshots(sink_options: dict[str, str], s3fs_fs: Any) -> None:
+    """Snapshot expiry skips a tagged snapshot on the PostgreSQL catalog; its files stay."""
+    for i in range(3):
+        _write(sink_options, rows("t", i, 1))
+    table = _table(sink_options)
+    oldest = min(table.metadata.snapshots, key=lambda s: s.timestamp_ms).snapshot_id
+    table.manage_snapshots().create_tag(oldest, "audit").commit()
+    assert _cli(sink_options, "gc", "--expire-snapshots-older-than", "0s", "--retain-last", "1") == 0
+    kept = {s.snapshot_id for s in _table(sink_options).metadata.snapshots}
+    assert oldest in kept and len(kept) == 2
+    assert _ids(sink_options) == [0, 1, 2]  # (the checker assumes no expiry: the table is checked by its rows)

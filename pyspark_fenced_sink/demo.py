@@ -262,9 +262,9 @@ def _report(warehouse: Path, writers: list[str], batches: int, rows: int, rerun:
     state = CommittedState.decode(table.properties.get(STATE_PROPERTY))
     print(f"\nCommitted state (table property {STATE_PROPERTY}): upper={state.upper}")
     for writer, ws in sorted(state.writers.items()):
-        print(f"  {writer:<10} epoch={ws.epoch:<4} last_batch={ws.last_batch}")
-        if ws.last_batch != batches - 1:
-            problems.append(f"{writer}: committed last_batch {ws.last_batch}, expected {batches - 1}")
+        print(f"  {writer:<10} epoch={ws.epoch:<4} applied batch ids={ws.batches.describe()}")
+        if ws.batches.intervals != ((0, batches - 1),):
+            problems.append(f"{writer}: applied batch ids {ws.batches.describe()}, expected 0-{batches - 1}")
     return problems
 
 

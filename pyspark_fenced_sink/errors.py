@@ -16,6 +16,8 @@ __all__ = [
     "InvalidOptionsError",
     "SchemaMismatchError",
     "StoreError",
+    "TableChangedError",
+    "TableStateError",
     "WriteRejectedError",
 ]
 
@@ -84,6 +86,25 @@ class CorruptControlDataError(FencedLakeError):
 
     Not retryable: operator action. The message names the object.
     """
+
+
+class TableStateError(CorruptControlDataError):
+    """The table's ``fencedlake.state`` cannot be trusted: lost, foreign or edited.
+
+    Not retryable: operator action. The message names the command that
+    rebuilds the state (``fencedlake repair-state``). Nothing was written.
+    """
+
+
+class TableChangedError(FencedLakeError):
+    """The table was dropped and re-created, or renamed away, while a write was being planned.
+
+    Retryable: nothing of the write is durable yet; run it again against the
+    table that now has the name. (Once a write's WAL entry is durable the same
+    event is reported as :class:`CommitOutcomeUnknownError` instead.)
+    """
+
+    retryable = True
 
 
 class StoreError(FencedLakeError):

@@ -39,6 +39,7 @@ POINTS = frozenset(
     {
         "executor.after-file-written",
         "driver.after-open",
+        "stream.after-register",
         "commit.before-wal-put",
         "commit.after-wal-put",
         "commit.before-catalog-commit",

@@ -26,8 +26,9 @@ from typing import Any
 from pyspark_fenced_sink.errors import InvalidOptionsError
 from pyspark_fenced_sink.iceberg.table_port import IcebergTablePort
 from pyspark_fenced_sink.options import CatalogConfig, SinkOptions, redact
-from pyspark_fenced_sink.protocol.commit import CommitContext, TableView
+from pyspark_fenced_sink.protocol.commit import CommitContext
 from pyspark_fenced_sink.protocol.layout import control_root
+from pyspark_fenced_sink.protocol.view import TableIdentity, TableView, bind
 from pyspark_fenced_sink.protocol.wal import Wal
 from pyspark_fenced_sink.store.registry import open_store
 
@@ -196,22 +197,39 @@ def open_table(
     table: Any = None,
     max_wait_ms: int | None = None,
     max_group: int | None = None,
+    check: bool = True,
+    root: str | None = None,
 ) -> OpenedTable:
     """Open table ``name`` of ``config``'s catalog: one catalog read (none if ``table`` is given).
 
     ``max_wait_ms`` and ``max_group`` override the commit limits' defaults (the
-    ``commit.max-wait-ms`` and ``commit.max-group-size`` options).
+    ``commit.max-wait-ms`` and ``commit.max-group-size`` options). With
+    ``check=False`` the table's state is not checked (``repair-state`` opens a
+    table whose state is lost or foreign that way); ``root`` then overrides the
+    control root (default: the state's own, else the one derived from the
+    current location and UUID).
 
     Raises:
         InvalidOptionsError: the catalog cannot be loaded or the table does not exist.
     """
     port = IcebergTablePort(load_catalog(config), name)
-    view = port.remember(table) if table is not None else port.load()
-    loaded = port.table(view)
-    store = open_store(control_root(loaded.metadata.location), io_properties(loaded))
-    ctx = CommitContext(port=port, wal=Wal(store))
+    raw = port.remember(table) if table is not None else port.load()
+    loaded = port.table(raw)
+    uuid = str(loaded.metadata.table_uuid)
+    if check:
+        root = bind(raw, name).state.root  # recorded in the state, or derived for a fresh table
+    elif root is None and raw.state_error is None and raw.state.table_uuid == uuid:
+        root = raw.state.root
+    root = root or control_root(loaded.metadata.location, uuid)
+    io = loaded.io
+    ctx = CommitContext(
+        port=port,
+        wal=Wal(open_store(root, io_properties(loaded))),
+        identity=TableIdentity(uuid, root),
+        file_exists=lambda path: bool(io.new_input(path).exists()),
+    )
     if max_wait_ms is not None:
         ctx.max_wait_s = max_wait_ms / 1000.0
     if max_group is not None:
         ctx.max_group = max_group
-    return OpenedTable(ctx, port, view)
+    return OpenedTable(ctx, port, ctx.check(raw) if check else raw)

@@ -22,20 +22,20 @@ from __future__ import annotations
 
 import logging
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from pyiceberg.exceptions import CommitFailedException, CommitStateUnknownException, NoSuchTableError
 from pyiceberg.manifest import DataFile, DataFileContent
 from pyiceberg.table import Table, Transaction
 from pyiceberg.table.metadata import TableMetadata
-from pyiceberg.table.update import AssertDefaultSpecId, AssertTableUUID, update_table_metadata
+from pyiceberg.table.update import AssertDefaultSpecId, AssertRefSnapshotId, AssertTableUUID, update_table_metadata
 from pyiceberg.table.update.snapshot import UpdateSnapshot
 
 from pyspark_fenced_sink import failpoints
-from pyspark_fenced_sink.errors import InvalidOptionsError
+from pyspark_fenced_sink.errors import CorruptControlDataError, InvalidOptionsError
 from pyspark_fenced_sink.iceberg.datafiles import decode_data_file
-from pyspark_fenced_sink.protocol.commit import CommitConflict, CommitUnknown, TableView
+from pyspark_fenced_sink.protocol.commit import CommitConflict, CommitUnknown
 from pyspark_fenced_sink.protocol.reconcile import ReconcilePlan
 from pyspark_fenced_sink.protocol.state import (
     STATE_PROPERTY,
@@ -44,6 +44,7 @@ from pyspark_fenced_sink.protocol.state import (
     decode_record,
     encode_record,
 )
+from pyspark_fenced_sink.protocol.view import TableView
 from pyspark_fenced_sink.protocol.wal import WalEntry, WriteMode, encoded_spec_id
 
 __all__ = ["IcebergTablePort", "view_of"]
@@ -85,15 +86,42 @@ class _LeanTransaction(Transaction):
 
 
 def view_of(table: Table) -> TableView:
-    """The committed view of a loaded table."""
+    """The committed view of a loaded table (not yet checked: ``CommitContext.check`` binds it)."""
+    metadata = table.metadata
     snapshot = table.current_snapshot()
-    state = CommittedState.decode(table.properties.get(STATE_PROPERTY), where=".".join(table.name()))
+    text = table.properties.get(STATE_PROPERTY)
+    state, error = CommittedState(), None
+    try:
+        state = CommittedState.decode(text, where=".".join(table.name()))
+    except CorruptControlDataError as e:
+        error = str(e)
+    newest = _newest_record(metadata)
     return TableView(
         state=state,
         version=str(table.metadata_location),
         snapshot_id=snapshot.snapshot_id if snapshot else None,
-        spec_id=table.metadata.default_spec_id,
+        spec_id=metadata.default_spec_id,
+        table_uuid=str(metadata.table_uuid),
+        location=metadata.location,
+        fresh=text is None,
+        recorded_upper=None if newest is None else newest.last + 1,
+        state_error=error,
     )
+
+
+def _records(metadata: TableMetadata) -> Iterator[CommitRecord]:
+    """Commit records of the current snapshot's ancestry, newest first."""
+    snapshot = metadata.current_snapshot()
+    while snapshot is not None:
+        record = decode_record(snapshot.summary.additional_properties if snapshot.summary else {})
+        if record is not None:
+            yield record
+        parent = snapshot.parent_snapshot_id
+        snapshot = metadata.snapshot_by_id(parent) if parent is not None else None
+
+
+def _newest_record(metadata: TableMetadata) -> CommitRecord | None:
+    return next(_records(metadata), None)
 
 
 class IcebergTablePort:
@@ -129,18 +157,32 @@ class IcebergTablePort:
             raise InvalidOptionsError(f"table {self.name} does not exist (it was dropped?)") from e
 
     def find_record(self, view: TableView, seq: int) -> CommitRecord | None:
-        metadata = self.table(view).metadata
-        snapshot = metadata.current_snapshot()
-        while snapshot is not None:
-            record = decode_record(snapshot.summary.additional_properties if snapshot.summary else {})
-            if record is not None:
-                if record.first <= seq <= record.last:
-                    return record
-                if record.last < seq:
-                    return None
-            parent = snapshot.parent_snapshot_id
-            snapshot = metadata.snapshot_by_id(parent) if parent is not None else None
+        for record in _records(self.table(view).metadata):
+            if record.first <= seq <= record.last:
+                return record
+            if record.last < seq:
+                return None
         return None
+
+    def records(self, view: TableView) -> list[CommitRecord]:
+        """Every commit record of the current snapshot's ancestry at ``view``, oldest first."""
+        return list(_records(self.table(view).metadata))[::-1]
+
+    def replace_state(self, base: TableView, state: CommittedState) -> TableView:
+        """Set the ``fencedlake.state`` property alone (``fencedlake repair-state``), if the table is at ``base``.
+
+        Raises:
+            CommitConflict: the table moved since ``base`` (nothing changed).
+            CommitUnknown: the outcome is unknown.
+        """
+        table = self.table(base)
+        tx = Transaction(table)
+        tx.set_properties({STATE_PROPERTY: state.encode()})
+        requirements = (
+            AssertTableUUID(uuid=table.metadata.table_uuid),
+            AssertRefSnapshotId(ref="main", snapshot_id=base.snapshot_id),  # type: ignore[call-arg]
+        )
+        return self._commit_updates(base, table, tx, requirements, cleanup=None)
 
     def commit(
         self, base: TableView, plan: ReconcilePlan, entries: Mapping[int, WalEntry], record: CommitRecord
@@ -167,10 +209,21 @@ class IcebergTablePort:
             AssertTableUUID(uuid=metadata.table_uuid),
             AssertDefaultSpecId(default_spec_id=metadata.default_spec_id),  # type: ignore[call-arg]  # pydantic: by name
         )
+        return self._commit_updates(base, table, tx, requirements, cleanup=producer._clean_all_uncommitted)
+
+    def _commit_updates(
+        self,
+        base: TableView,
+        table: Table,
+        tx: Transaction,
+        requirements: tuple[Any, ...],
+        cleanup: Callable[[], None] | None,
+    ) -> TableView:
         try:
             self._submit(table, tx, requirements)
         except CommitFailedException as e:
-            producer._clean_all_uncommitted()
+            if cleanup is not None:
+                cleanup()
             raise CommitConflict(str(e)) from e
         except _UNKNOWN_ERRORS as e:
             logger.warning(

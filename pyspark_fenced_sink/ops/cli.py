@@ -1,11 +1,13 @@
-"""The ``fencedlake`` operator CLI: status, wal, recover, gc, fence (PROTOCOL.md §7-§8).
+"""The ``fencedlake`` operator CLI: status, wal, recover, gc, fence, skip, repair-state (PROTOCOL.md §7-§8).
 
 It takes the same catalog configuration as the sink: the embedded default
 (``--warehouse``, else ``$FENCEDLAKE_WAREHOUSE``, else ``./fencedlake-warehouse``),
 a named pyiceberg catalog (``--catalog NAME``), or pyiceberg properties
 (``--catalog-prop key=value``, repeatable). Every command prints a readable
 table, or JSON with ``--json``. Exit status: 0 done, 2 bad input or a table
-that cannot be read (the message says which object and what to do), 1 an
+that cannot be read (the message says which object and what to do), 3 work
+left undone (entries wait behind a missing WAL position, or a barrier is
+durable but not committed: the message says what blocks it), 1 an
 unexpected failure. Nothing here takes a lock: every change goes through the
 protocol (a WAL barrier and a catalog commit), so it is safe while writers run.
 """
@@ -19,11 +21,14 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any
 
-from pyspark_fenced_sink.errors import FencedLakeError
+from pyspark_fenced_sink.errors import CommitOutcomeUnknownError, FencedLakeError
 
 __all__ = ["main"]
 
 _DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+#: Exit status when work the command was asked to do is left undone (entries wait behind a missing
+#: position, a barrier is durable but not committed).
+EXIT_UNDONE = 3
 
 
 def _duration(text: str) -> float:
@@ -65,6 +70,19 @@ _HELP = {
         "entry can (aborted tasks, duplicate replays, fenced writers) once older than the grace period, and "
         "optionally expire old snapshots (the committed state is a table property and survives). --dry-run lists "
         "what would go.",
+    ),
+    "skip": (
+        "fill a missing WAL position with a no-op entry (operator)",
+        "A WAL position whose object was lost, or damaged and moved out of the WAL, blocks every later entry. "
+        "Put a 'skip' entry at exactly that position (put-if-absent: it never overwrites an entry) with your "
+        "reason, and commit: the position's outcome is SKIPPED in the commit record, and the entries behind it "
+        "are applied. A writer whose damaged entry was skipped and that is still waiting puts its entry again.",
+    ),
+    "repair-state": (
+        "rebuild a lost, foreign or edited fencedlake.state property (operator)",
+        "Rebuild the committed state from the newest checkpoint gc kept and the WAL entries and commit records "
+        "after it, and set it as the table's fencedlake.state property. Refuses (changing nothing) if a position "
+        "to replay has no WAL object or no commit record. --dry-run shows the rebuilt state only.",
     ),
     "fence": (
         "fence every running incarnation of a writer",
@@ -122,10 +140,22 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--retain-last", type=int, default=10, help="snapshots always kept when expiring (default 10)")
     p.add_argument("--dry-run", action="store_true", help="list what would be removed, change nothing")
     commands["fence"].add_argument("writer_id")
+    p = commands["skip"]
+    p.add_argument("seq", type=int, help="the missing WAL position")
+    p.add_argument("--reason", required=True, help="why the position is skipped (recorded)")
+    p = commands["repair-state"]
+    p.add_argument("--dry-run", action="store_true", help="show the rebuilt state, change nothing")
+    p.add_argument(
+        "--control-root",
+        default=None,
+        metavar="URI",
+        help="the table's control root if its location changed since the state was lost "
+        "(default: <location>/_fencedlake/<table uuid>)",
+    )
     return parser
 
 
-def _open(args: argparse.Namespace) -> Any:
+def _open(args: argparse.Namespace, **kwargs: Any) -> Any:
     """The table the command names, opened with one catalog read (an ``OpenedTable``)."""
     from pyspark_fenced_sink.iceberg.catalogs import open_table
     from pyspark_fenced_sink.options import catalog_config, validate_table_name
@@ -137,7 +167,7 @@ def _open(args: argparse.Namespace) -> Any:
             raise FencedLakeError(f"--catalog-prop {prop!r}: expected KEY=VALUE")
         properties[key] = value
     config = catalog_config(args.catalog, properties, args.warehouse)
-    return open_table(config, validate_table_name(args.table))
+    return open_table(config, validate_table_name(args.table), **kwargs)
 
 
 def _progress(label: str, done: int, total: int) -> None:
@@ -188,7 +218,10 @@ def _cmd_status(args: argparse.Namespace) -> int:
         "expired_before": state.expired_before,
         "wal_below_upper": len([s for s in ctx.wal.scan(0) if s < state.upper]),
         "pending": len(entries),
-        "writers": [{"writer": w, **asdict(s)} for w, s in sorted(state.writers.items())],
+        "writers": [
+            {"writer": w, "epoch": s.epoch, "batches": s.batches.describe(), "run": s.run, "query": s.query}
+            for w, s in sorted(state.writers.items())
+        ],
         "pending_entries": entries,
         "recent_commits": recent_commits(table, args.commits),
     }
@@ -196,7 +229,7 @@ def _cmd_status(args: argparse.Namespace) -> int:
         args,
         body,
         [
-            ("writers", "writers", ("writer", "epoch", "last_batch", "run", "query")),
+            ("writers", "writers", ("writer", "epoch", "batches", "run", "query")),
             ("pending entries", "pending_entries", _ENTRY_COLUMNS),
             (
                 "recent commits",
@@ -221,14 +254,14 @@ def _cmd_status(args: argparse.Namespace) -> int:
 
 
 def _cmd_wal(args: argparse.Namespace) -> int:
-    from pyspark_fenced_sink.ops.inspect import wal_rows
+    from pyspark_fenced_sink.ops.inspect import live_paths_of, wal_rows
 
     opened = _open(args)
     ctx, view = opened.ctx, opened.view
     body = {
         "table": args.table,
         "committed_upper": view.state.upper,
-        "entries": wal_rows(ctx, view, args.start, limit=args.limit),
+        "entries": wal_rows(ctx, view, args.start, limit=args.limit, live_paths=live_paths_of(opened.table)),
     }
     _emit(args, body, [("entries", "entries", _ENTRY_COLUMNS)])
     return 0
@@ -238,17 +271,63 @@ def _cmd_recover(args: argparse.Namespace) -> int:
     from pyspark_fenced_sink.protocol.commit import recover
 
     ctx = _open(args).ctx
-    before = ctx.port.load().state.upper
-    records = recover(ctx)
+    before = ctx.load().state.upper
+    return _report_commits(args, ctx, before, recover(ctx))
+
+
+def _report_commits(args: argparse.Namespace, ctx: Any, before: int, records: Sequence[Any]) -> int:
+    """Print what the commits did; exit 3 if entries still wait behind a missing position."""
+    upper = ctx.load().state.upper
+    waiting = ctx.wal.scan(upper)
     commits = [{"seqs": f"{r.first}-{r.last}", "outcomes": "".join(o for _, o in r.outcomes)} for r in records]
     body = {
         "table": args.table,
         "upper_before": before,
-        "committed_upper": ctx.port.load().state.upper,
+        "committed_upper": upper,
         "catalog_commits": len(records),
+        "waiting": len(waiting),
         "commits": commits,
     }
     _emit(args, body, [("commits", "commits", ("seqs", "outcomes"))])
+    if waiting:
+        print(
+            f"fencedlake {args.command}: {len(waiting)} entries wait behind WAL position {upper}, which is missing; "
+            f"if its object was lost, run `fencedlake skip {args.table} {upper} --reason '...'`",
+            file=sys.stderr,
+        )
+        return EXIT_UNDONE
+    return 0
+
+
+def _cmd_skip(args: argparse.Namespace) -> int:
+    from pyspark_fenced_sink.protocol.repair import skip_position
+
+    ctx = _open(args).ctx
+    before = ctx.load().state.upper
+    return _report_commits(args, ctx, before, skip_position(ctx, args.seq, args.reason))
+
+
+def _cmd_repair_state(args: argparse.Namespace) -> int:
+    from pyspark_fenced_sink.protocol.repair import repair_state
+
+    opened = _open(args, check=False, root=args.control_root)
+    identity = opened.ctx.identity
+    rebuilt = repair_state(opened.ctx, identity.uuid, identity.root, dry_run=args.dry_run)
+    state = rebuilt.state
+    body = {
+        "table": args.table,
+        "dry_run": args.dry_run,
+        "control_root": state.root,
+        "from_checkpoint": rebuilt.checkpoint,
+        "positions_replayed": rebuilt.replayed,
+        "committed_upper": state.upper,
+        "expired_before": state.expired_before,
+        "writers": [
+            {"writer": w, "epoch": s.epoch, "batches": s.batches.describe(), "run": s.run}
+            for w, s in sorted(state.writers.items())
+        ],
+    }
+    _emit(args, body, [("writers", "writers", ("writer", "epoch", "batches", "run"))])
     return 0
 
 
@@ -289,13 +368,21 @@ def _cmd_fence(args: argparse.Namespace) -> int:
         "table": args.table,
         "writer": args.writer_id,
         "fenced_at_seq": epoch,
-        "committed_upper": ctx.port.load().state.upper,
+        "committed_upper": ctx.load().state.upper,
     }
     _emit(args, body, [])
     return 0
 
 
-_COMMANDS = {"status": _cmd_status, "wal": _cmd_wal, "recover": _cmd_recover, "gc": _cmd_gc, "fence": _cmd_fence}
+_COMMANDS = {
+    "status": _cmd_status,
+    "wal": _cmd_wal,
+    "recover": _cmd_recover,
+    "gc": _cmd_gc,
+    "fence": _cmd_fence,
+    "skip": _cmd_skip,
+    "repair-state": _cmd_repair_state,
+}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -303,6 +390,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         return _COMMANDS[args.command](args)
+    except CommitOutcomeUnknownError as e:
+        print(f"fencedlake {args.command}: not done: {e}", file=sys.stderr)
+        return EXIT_UNDONE
     except FencedLakeError as e:
         print(f"fencedlake {args.command}: error: {e}", file=sys.stderr)
         return 2

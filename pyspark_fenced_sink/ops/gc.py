@@ -30,8 +30,8 @@ from pyiceberg.exceptions import CommitFailedException
 
 from pyspark_fenced_sink import failpoints
 from pyspark_fenced_sink.protocol.commit import CommitContext, recover
-from pyspark_fenced_sink.protocol.fencing import new_token
-from pyspark_fenced_sink.protocol.filetag import FileTag
+from pyspark_fenced_sink.protocol.fencing import new_token, put_barrier
+from pyspark_fenced_sink.protocol.filetag import FileTag, table_tag
 from pyspark_fenced_sink.protocol.state import CommittedState, decode_record
 from pyspark_fenced_sink.protocol.wal import EntryKind, WalEntry, encoded_path
 from pyspark_fenced_sink.store.registry import open_filesystem
@@ -52,14 +52,22 @@ def collectable(tag: FileTag, state: CommittedState) -> bool:
     current = state.writers.get(tag.writer)
     if current is None:
         return False
-    if tag.batch is not None and current.last_batch is not None and tag.batch <= current.last_batch:
-        return True
+    if tag.batch is not None and (tag.batch in current.batches or not current.batches.known(tag.batch)):
+        return True  # a pending entry of this batch id is a duplicate (or too old to judge): never applied
     return tag.epoch is not None and tag.epoch < current.epoch
 
 
 def truncate_wal(ctx: CommitContext) -> int:
-    """Delete WAL entries below the committed upper; returns how many were deleted."""
-    return ctx.wal.truncate(ctx.port.load().state.upper)
+    """Checkpoint the committed state, then delete WAL entries below ``upper - 1``; returns how many.
+
+    The checkpoint (put before anything is deleted) lets ``fencedlake repair-state``
+    rebuild a lost state property without the truncated entries.
+    """
+    state = ctx.load().state
+    if ctx.wal.truncatable(state.upper) == 0:
+        return 0
+    ctx.wal.put_checkpoint(state.upper, state.encode())
+    return ctx.wal.truncate(state.upper)
 
 
 def expire_writes(ctx: CommitContext, before_upper: int) -> int:
@@ -68,9 +76,9 @@ def expire_writes(ctx: CommitContext, before_upper: int) -> int:
     Once it is reconciled, anonymous writes opened before ``before_upper``
     that were not yet reconciled are rejected, so their files are collectable.
     """
-    view = ctx.port.load()
+    view = ctx.load()
     entry = WalEntry(kind=EntryKind.EXPIRE, token=new_token(), writer="gc", expire_before=before_upper)
-    seq = ctx.wal.append(entry, start=view.state.upper)
+    seq = put_barrier(ctx, entry, view.state.upper)
     recover(ctx)
     return seq
 
@@ -120,11 +128,16 @@ def _expiry_mark(table: Any, cutoff_ms: int) -> int | None:
 
 
 def _expire_snapshots(ctx: CommitContext, older_than_ms: int, retain_last: int, dry_run: bool) -> list[int]:
-    """Expire snapshots older than ``older_than_ms`` except the newest ``retain_last`` (the state is a property)."""
+    """Expire snapshots older than ``older_than_ms`` except the newest ``retain_last`` and those refs protect.
+
+    The committed state is a table property, so it survives; tags and branches keep their snapshots.
+    """
     for _ in range(5):
-        table = ctx.port.table(ctx.port.load())  # type: ignore[attr-defined]
+        table = ctx.port.table(ctx.load())  # type: ignore[attr-defined]
         newest = sorted(table.metadata.snapshots, key=lambda s: s.timestamp_ms)[-retain_last:] if retain_last else []
-        keep = {s.snapshot_id for s in newest}
+        # Snapshots a branch or tag points at are protected (pyiceberg refuses to expire them): keep them and
+        # their files.
+        keep = {s.snapshot_id for s in newest} | {ref.snapshot_id for ref in table.metadata.refs.values()}
         ids = [
             s.snapshot_id
             for s in table.metadata.snapshots
@@ -161,17 +174,19 @@ def gc(
     """
     report = GcReport(dry_run=dry_run)
     cutoff_ms = int((now() - grace_s) * 1000)
-    table = ctx.port.table(ctx.port.load())  # type: ignore[attr-defined]
+    table = ctx.port.table(ctx.load())  # type: ignore[attr-defined]
     mark = _expiry_mark(table, cutoff_ms)
-    state = ctx.port.load().state
+    state = ctx.load().state
     if mark is not None and mark > state.expired_before:
         report.expired_before = mark
         if not dry_run:
             expire_writes(ctx, mark)
             failpoints.hit("gc.after-barrier")
-    if not dry_run:
+    if dry_run:
+        report.wal_truncated = ctx.wal.truncatable(state.upper)
+    else:
         report.wal_truncated = truncate_wal(ctx)
-    view = ctx.port.load()
+    view = ctx.load()
     table = ctx.port.table(view)  # type: ignore[attr-defined]
     referenced = _referenced(table)
     fs, root = open_filesystem(table.metadata.location, dict(getattr(table.io, "properties", {}) or {}))
@@ -180,10 +195,11 @@ def gc(
     judged = view.state
     if dry_run and report.expired_before is not None:
         judged = replace(judged, expired_before=report.expired_before)  # as if the barrier were committed
+    own = table_tag(str(table.metadata.table_uuid))
     for path, info in sorted(listing.items()):
         tag = FileTag.parse(os.path.basename(path))
-        if tag is None or path in referenced or path in pending:
-            continue
+        if tag is None or tag.table != own or path in referenced or path in pending:
+            continue  # another engine's file, another table's (a shared location), or a live one
         if not collectable(tag, judged):
             continue
         if _mtime_s(info) * 1000 >= cutoff_ms:

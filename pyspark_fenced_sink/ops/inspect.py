@@ -9,14 +9,15 @@ every fencedlake snapshot carries in its summary.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from pyspark_fenced_sink.protocol.commit import CommitContext, TableView
 from pyspark_fenced_sink.protocol.reconcile import Outcome, Position, position, reconcile
 from pyspark_fenced_sink.protocol.state import decode_record
-from pyspark_fenced_sink.protocol.wal import TOKEN_CHARS, WalEntry
+from pyspark_fenced_sink.protocol.wal import TOKEN_CHARS, WalEntry, encoded_path
 
-__all__ = ["recent_commits", "wal_rows"]
+__all__ = ["live_paths_of", "recent_commits", "wal_rows"]
 
 
 def _row(seq: int, entry: WalEntry, where: Position, outcome: str | None) -> dict[str, Any]:
@@ -26,7 +27,7 @@ def _row(seq: int, entry: WalEntry, where: Position, outcome: str | None) -> dic
         "outcome": outcome,
         "kind": entry.kind.value,
         "writer": entry.writer,
-        "epoch": entry.epoch if entry.epoch is not None else ("claim" if entry.claims else None),
+        "epoch": entry.epoch,
         "batch": entry.batch,
         "mode": entry.mode,
         "files": len(entry.files),
@@ -35,8 +36,15 @@ def _row(seq: int, entry: WalEntry, where: Position, outcome: str | None) -> dic
     }
 
 
-def wal_rows(ctx: CommitContext, view: TableView, start: int, *, limit: int) -> list[dict[str, Any]]:
-    """Up to ``limit`` WAL entries from ``start`` on, each with its position and (known or planned) outcome."""
+def wal_rows(
+    ctx: CommitContext, view: TableView, start: int, *, limit: int, live_paths: Callable[[], set[str]] | None = None
+) -> list[dict[str, Any]]:
+    """Up to ``limit`` WAL entries from ``start`` on, each with its position and (known or planned) outcome.
+
+    ``live_paths`` (the current snapshot's data files) answers entries whose commit record expired: an
+    entry whose files are live was applied; one whose files are not was rejected, or applied and
+    overwritten later (PROTOCOL.md §6).
+    """
     upper = view.state.upper
     seqs = ctx.wal.scan(start)[:limit]
     entries = {s: e for s in seqs if (e := ctx.wal.read(s)) is not None}
@@ -54,15 +62,44 @@ def wal_rows(ctx: CommitContext, view: TableView, start: int, *, limit: int) -> 
             record = ctx.port.find_record(view, seq)
             found = record.find(seq) if record is not None else None
             if found is None:
-                outcome = "unknown (record expired)"
+                outcome = _without_record(entry, live_paths)
             elif found[0] != entry.token[:TOKEN_CHARS]:
-                outcome = "not this entry (position reused after truncation)"
+                outcome = "not this entry (an inert object at a reconciled position)"
             else:
                 outcome = Outcome(found[1]).name
         else:
             outcome = f"next commit: {planned[seq]}" if seq in planned else "waits (behind a gap or an overwrite)"
         rows.append(_row(seq, entry, where, outcome))
     return rows
+
+
+def _without_record(entry: WalEntry, live_paths: Callable[[], set[str]] | None) -> str:
+    if not entry.files or live_paths is None:
+        return "unknown (record expired)"
+    if all(encoded_path(f) in live_paths() for f in entry.files):
+        return "APPLIED (record expired; its files are live)"
+    return "unknown (record expired; its files are not live: rejected, or applied and overwritten later)"
+
+
+def live_paths_of(table: Any) -> Callable[[], set[str]]:
+    """A lazy, cached reader of the data files live in ``table``'s current snapshot."""
+    cache: list[set[str]] = []
+
+    def read() -> set[str]:
+        if not cache:
+            snapshot = table.current_snapshot()
+            cache.append(
+                set()
+                if snapshot is None
+                else {
+                    e.data_file.file_path
+                    for m in snapshot.manifests(table.io)
+                    for e in m.fetch_manifest_entry(table.io, discard_deleted=True)
+                }
+            )
+        return cache[0]
+
+    return read
 
 
 def recent_commits(table: Any, count: int) -> list[dict[str, Any]]:

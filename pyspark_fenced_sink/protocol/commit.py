@@ -33,17 +33,25 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from pyspark_fenced_sink import failpoints
-from pyspark_fenced_sink.errors import CommitOutcomeUnknownError, CorruptControlDataError, FencedLakeError
+from pyspark_fenced_sink.errors import (
+    CommitOutcomeUnknownError,
+    CorruptControlDataError,
+    FencedLakeError,
+    TableChangedError,
+    TableStateError,
+)
 from pyspark_fenced_sink.options import COMMIT_MAX_GROUP_SIZE_DEFAULT, COMMIT_MAX_WAIT_MS_DEFAULT
 from pyspark_fenced_sink.protocol.reconcile import Outcome, Position, ReconcilePlan, position, reconcile
 from pyspark_fenced_sink.protocol.state import CommitRecord, CommittedState
-from pyspark_fenced_sink.protocol.wal import TOKEN_CHARS, EntryKind, Wal, WalEntry
+from pyspark_fenced_sink.protocol.view import TableIdentity, TableView, bind
+from pyspark_fenced_sink.protocol.wal import TOKEN_CHARS, EntryKind, Wal, WalEntry, encoded_path
 
 __all__ = [
     "CommitConflict",
     "CommitContext",
     "CommitResult",
     "CommitUnknown",
+    "TableIdentity",
     "TablePort",
     "TableView",
     "commit_entry",
@@ -52,6 +60,10 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
+#: Entries pending longer than this have their data files checked before they are applied: tools like
+#: Iceberg's remove_orphan_files delete unreferenced files older than days (PROTOCOL.md §8).
+VERIFY_FILES_AFTER_S = 3600.0
+
 
 class CommitConflict(Exception):
     """The catalog rejected the commit: the table changed since the base view. Nothing landed."""
@@ -59,23 +71,6 @@ class CommitConflict(Exception):
 
 class CommitUnknown(Exception):
     """The catalog commit may or may not have landed (lost response, dropped connection)."""
-
-
-@dataclass(frozen=True)
-class TableView:
-    """A committed version of the table as one writer read it.
-
-    Attributes:
-        state: The fencedlake committed state in that version.
-        version: Changes with every catalog commit (e.g. the metadata location).
-        snapshot_id: The current snapshot id of the main branch, if any.
-        spec_id: The table's default partition spec id (None: not tracked).
-    """
-
-    state: CommittedState
-    version: str
-    snapshot_id: int | None = None
-    spec_id: int | None = None
 
 
 class TablePort(Protocol):
@@ -99,20 +94,72 @@ class TablePort(Protocol):
     def find_record(self, view: TableView, seq: int) -> CommitRecord | None:
         """The commit record that reconciled ``seq``, searching back from ``view``."""
 
+    def records(self, view: TableView) -> list[CommitRecord]:
+        """Every commit record of the table's current lineage at ``view``, oldest first."""
+
+    def replace_state(self, base: TableView, state: CommittedState) -> TableView:
+        """Set the committed state alone if the table is still at ``base`` (``repair-state``).
+
+        Raises:
+            CommitConflict: the table moved since ``base``.
+            CommitUnknown: the outcome is unknown.
+        """
+
 
 @dataclass
 class CommitContext:
-    """Everything ``commit_entry`` needs; ``sleep``/``now``/``rng`` are injectable for tests."""
+    """Everything ``commit_entry`` needs; ``sleep``/``now``/``wall``/``rng`` are injectable for tests.
+
+    Attributes:
+        port: The catalog side.
+        wal: The WAL under the table's control root.
+        identity: The table (UUID and control root) the WAL belongs to; a version of
+            the table under another UUID is refused (None: not checked).
+        file_exists: Tells whether a data file exists (None: never checked).
+        verify_files_after_s: Entries pending longer than this have their files'
+            existence checked before they are applied (MISSING_FILES otherwise).
+    """
 
     port: TablePort
     wal: Wal
+    identity: TableIdentity | None = None
     max_wait_s: float = COMMIT_MAX_WAIT_MS_DEFAULT / 1000
     max_group: int = COMMIT_MAX_GROUP_SIZE_DEFAULT
+    file_exists: Callable[[str], bool] | None = None
+    verify_files_after_s: float = VERIFY_FILES_AFTER_S
     backoff_base_s: float = 0.02
     backoff_cap_s: float = 2.0
     sleep: Callable[[float], None] = time.sleep
     now: Callable[[], float] = time.monotonic
+    wall: Callable[[], float] = time.time
     rng: random.Random = field(default_factory=random.Random)
+
+    def load(self) -> TableView:
+        """Read the table's current version and check its identity (PROTOCOL.md §1.1).
+
+        Raises:
+            TableStateError: the state is lost, foreign or edited.
+            TableChangedError: the name now holds another table than this context's.
+        """
+        return self.check(self.port.load())
+
+    def check(self, raw: TableView) -> TableView:
+        """:meth:`load`'s checks on a view the port has just read; returns it bound."""
+        view = bind(raw, self.port.name)
+        if self.identity is not None and view.table_uuid is not None and view.table_uuid != self.identity.uuid:
+            raise TableChangedError(
+                f"table {self.port.name} is now table {view.table_uuid}, not {self.identity.uuid}: it was dropped "
+                "and re-created, or renamed and replaced, meanwhile"
+            )
+        if view.fresh:
+            checkpoint = self.wal.latest_checkpoint()
+            if checkpoint is not None:
+                raise TableStateError(
+                    f"table {self.port.name} has no fencedlake.state property, but gc checkpointed its state at "
+                    f"upper {checkpoint[0]} before truncating its WAL: the property was removed; rebuild it with "
+                    f"`fencedlake repair-state {self.port.name}`"
+                )
+        return view
 
 
 @dataclass(frozen=True)
@@ -181,7 +228,7 @@ def commit_entry(ctx: CommitContext, entry: WalEntry, *, view: TableView | None 
     ``view`` is a committed version the caller has just read (saves one catalog read).
     """
     progress = _Progress(t0=ctx.now())
-    view = view or ctx.port.load()
+    view = view or ctx.load()
     fenced = _fenced_before_put(view.state, entry)
     if fenced is not None:
         return _finish(ctx, progress, None, Outcome.FENCED, fenced, by_peer=True)
@@ -190,7 +237,11 @@ def commit_entry(ctx: CommitContext, entry: WalEntry, *, view: TableView | None 
     failpoints.hit("commit.after-wal-put")
     try:
         return _drive(ctx, entry, seq, view, progress)
-    except (CommitOutcomeUnknownError, CorruptControlDataError, failpoints.FailPointError):
+    except TableStateError as e:  # the state went bad after our put: our entry waits for the repair
+        raise _unknown(ctx, seq, f"is durable but the table's state cannot be trusted now: {e}") from e
+    except CorruptControlDataError as e:  # a damaged entry blocks the table: ours waits behind it
+        raise _unknown(ctx, seq, f"is durable but waits behind damaged control data: {e}") from e
+    except (CommitOutcomeUnknownError, failpoints.FailPointError):
         raise  # FailPointError: tests inject it to see exactly that exception arrive
     except Exception as e:  # the entry is durable: any failure now leaves its outcome open (I1)
         raise _unknown(
@@ -221,6 +272,26 @@ def _read_pending(ctx: CommitContext, upper: int, last: int | None, cache: dict[
     return pending
 
 
+def recorded_token(ctx: CommitContext, view: TableView, seq: int) -> str | None:
+    """The token prefix the commit record of ``seq`` holds at ``view`` (None: no record remains)."""
+    record = ctx.port.find_record(view, seq)
+    found = record.find(seq) if record is not None else None
+    return None if found is None else found[0]
+
+
+def _missing_files(ctx: CommitContext, pending: Mapping[int, WalEntry]) -> set[int]:
+    """Positions of data entries pending longer than ``verify_files_after_s`` whose files are gone.
+
+    One existence check per file, only for such old entries: a fresh entry's
+    files were written moments ago (PROTOCOL.md §8, external orphan removal).
+    """
+    if ctx.file_exists is None:
+        return set()
+    cutoff_ms = (ctx.wall() - ctx.verify_files_after_s) * 1000
+    old = {s: e for s, e in pending.items() if e.kind is EntryKind.DATA and e.files and e.created_ms < cutoff_ms}
+    return {s for s, e in old.items() if not all(ctx.file_exists(encoded_path(f)) for f in e.files)}
+
+
 def _drive(ctx: CommitContext, entry: WalEntry, seq: int, view: TableView, progress: _Progress) -> CommitResult:
     cache: dict[int, WalEntry] = {seq: entry}
     known_last: int | None = seq  # first attempt: our own scan already covered [upper, seq]
@@ -242,22 +313,26 @@ def _drive(ctx: CommitContext, entry: WalEntry, seq: int, view: TableView, progr
                 return _finish(
                     ctx, progress, seq, Outcome(code), "decided by a peer's commit", by_peer=progress.unknowns == 0
                 )
-            # Our put landed in a position gc had already truncated: never reconciled. Put again.
+            # Another object holds our position (an operator skipped it after our entry was damaged and moved
+            # aside): ours was never reconciled. Put it again.
             seq = ctx.wal.append(entry, start=view.state.upper)
             cache, known_last = {seq: entry}, seq
             continue
         pending = _read_pending(ctx, view.state.upper, known_last, cache)
         known_last = None
-        plan = reconcile(view.state, pending, max_group=ctx.max_group, spec_id=view.spec_id)
+        missing = _missing_files(ctx, pending)
+        plan = reconcile(view.state, pending, max_group=ctx.max_group, spec_id=view.spec_id, missing=missing)
         mine = plan.decision_for(seq)
-        # Decided without applying anything up to it: the outcome is final at this version, so no commit is
-        # needed -- unless the entry claims an epoch (a replayed streaming batch of a new run): the claim must
-        # be committed, or the run's next batch would find the dead run still current and be fenced.
+        # A data entry decided without applying anything up to it, from the committed state alone: the outcome
+        # is final at this version, so no commit is needed. A decision that used facts outside the state (the
+        # partition spec, missing files) is committed first: those facts can change back (I9). Barriers change
+        # the state, so a barrier is always committed.
         if (
             mine is not None
+            and entry.kind is EntryKind.DATA
             and mine.outcome is not Outcome.APPLIED
+            and not mine.outcome.external
             and not plan.applied_before(seq)
-            and not entry.claims
         ):
             fresh = _reload(ctx, progress)
             if fresh.version == view.version:
@@ -335,7 +410,7 @@ def _reload(ctx: CommitContext, progress: _Progress) -> TableView:
     failures = 0
     while True:
         try:
-            return ctx.port.load()
+            return ctx.load()
         except FencedLakeError:
             raise
         except Exception:  # the catalog's database/transport errors: retry until the deadline
@@ -374,10 +449,12 @@ def recover(ctx: CommitContext) -> list[CommitRecord]:
     progress = _Progress(t0=ctx.now())
     cache: dict[int, WalEntry] = {}
     nobody = WalEntry(kind=EntryKind.DATA, token="", writer="")
-    view = ctx.port.load()
+    view = ctx.load()
     while ctx.now() <= progress.t0 + ctx.max_wait_s:
         pending = _read_pending(ctx, view.state.upper, None, cache)
-        plan = reconcile(view.state, pending, max_group=ctx.max_group, spec_id=view.spec_id)
+        plan = reconcile(
+            view.state, pending, max_group=ctx.max_group, spec_id=view.spec_id, missing=_missing_files(ctx, pending)
+        )
         if not plan.decisions:
             return records
         view, landed = _commit_plan(ctx, view, plan, pending, nobody, progress)

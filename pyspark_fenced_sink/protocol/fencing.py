@@ -1,8 +1,8 @@
 """Writer identities, epochs and fence barriers (PROTOCOL.md step 1, §7; driver).
 
-An epoch is a WAL position: the seq of the entry that opened the incarnation
-(a ``fence`` barrier, or a data entry that *claims*). Positions are totally
-ordered and never reused below the committed upper, so epochs are too, and
+An epoch is a WAL position: the seq of the ``fence`` barrier that opened the
+incarnation. Positions are totally ordered and never reused, so epochs are
+too, and
 "entries of an older epoch written after a newer epoch opened" is simply
 "entries of epoch e at a seq above a later epoch's seq" — which
 reconciliation marks FENCED (``reconcile._decide``).
@@ -15,10 +15,13 @@ reconciliation marks FENCED (``reconcile._decide``).
   opened at, so ``gc`` can expire them (PROTOCOL.md §8).
 * Streaming queries have no driver-side hook per run: Spark calls
   ``streamWriter()`` for every micro-batch. The run id (Spark's runId,
-  reported by executors) identifies the incarnation; :func:`stream_epoch`
-  makes a run's first commit *claim* (its data entry becomes its epoch) after
-  registering the run with put-if-absent at ``runs/{writer}/{run}.json``. A
-  run that finds itself registered but not current was fenced.
+  reported by executors) identifies the incarnation. A run *registers* at its
+  first commit (:func:`stream_epoch`): it puts a fence barrier (its epoch, so
+  its claim is ordered by its registration exactly like a batch writer's
+  open), then records the epoch in the run registry
+  (``runs/{writer}/{run}.json``, put-if-absent). A run whose recorded epoch
+  is older than the writer's committed epoch was fenced; it never registers
+  again, so a zombie cannot resurrect itself.
 """
 
 from __future__ import annotations
@@ -27,13 +30,13 @@ import uuid
 from dataclasses import dataclass
 
 from pyspark_fenced_sink import failpoints
-from pyspark_fenced_sink.errors import FencedWriterError
+from pyspark_fenced_sink.errors import CommitOutcomeUnknownError, FencedWriterError
 from pyspark_fenced_sink.options import validate_writer_id
-from pyspark_fenced_sink.protocol.commit import CommitContext, TableView, recover
+from pyspark_fenced_sink.protocol.commit import CommitContext, TableView, recorded_token, recover
 from pyspark_fenced_sink.protocol.state import CommittedState
-from pyspark_fenced_sink.protocol.wal import EntryKind, WalEntry
+from pyspark_fenced_sink.protocol.wal import TOKEN_CHARS, EntryKind, WalEntry
 
-__all__ = ["WriterIdentity", "fence_writer", "new_token", "open_writer", "stream_epoch"]
+__all__ = ["WriterIdentity", "fence_writer", "new_token", "open_writer", "put_barrier", "stream_epoch"]
 
 
 def new_token() -> str:
@@ -51,6 +54,7 @@ class WriterIdentity:
         epoch: The epoch claimed at open (batch writers with ``writer.id``), else None.
         opened: The committed upper when the writer opened.
         run: The incarnation id (batch write id or streaming run id).
+        barrier_token: The owner token of the barrier that opened ``epoch`` (batch writers).
     """
 
     writer: str
@@ -58,6 +62,30 @@ class WriterIdentity:
     epoch: int | None
     opened: int
     run: str
+    barrier_token: str | None = None
+
+
+def put_barrier(ctx: CommitContext, entry: WalEntry, start: int) -> int:
+    """Append a barrier (fence or expire) and return its seq, once it is known to hold the barrier.
+
+    A put can land in a position ``gc`` truncated after this writer listed the
+    WAL (the list and the put are two requests; a pause between them can span
+    a peer's entry being put, reconciled and truncated there). Such a barrier is
+    never reconciled, and an epoch taken from it would fence its own writer. So
+    after the put the committed version is read once: a seq at or above the
+    upper is pending and will be reconciled; a seq below it is ours only if
+    its commit record holds our token (a lost response whose put a peer
+    reconciled) — otherwise the barrier is appended again. Data entries need no
+    such check: the commit loop does it (PROTOCOL.md §6).
+    """
+    while True:
+        seq, _ = ctx.wal.append_claim(entry, start)
+        view = ctx.load()
+        if seq >= view.state.upper:
+            return seq
+        if recorded_token(ctx, view, seq) == entry.token[:TOKEN_CHARS]:
+            return seq
+        start = view.state.upper
 
 
 def open_writer(
@@ -70,42 +98,65 @@ def open_writer(
     as the caller has just read it (saves a catalog read).
     """
     run = run or uuid.uuid4().hex
-    view = view or ctx.port.load()
+    view = view or ctx.load()
     if writer_id is None:
         return WriterIdentity(f"anon-{run[:16]}", True, None, view.state.upper, run)
     validate_writer_id(writer_id)
     barrier = WalEntry(kind=EntryKind.FENCE, token=new_token(), writer=writer_id, run=run)
-    epoch = ctx.wal.append(barrier, start=view.state.upper)
+    epoch = put_barrier(ctx, barrier, view.state.upper)
     failpoints.hit("driver.after-open")
-    return WriterIdentity(writer_id, False, epoch, view.state.upper, run)
+    return WriterIdentity(writer_id, False, epoch, view.state.upper, run, barrier.token)
 
 
-def stream_epoch(ctx: CommitContext, state: CommittedState, writer_id: str, run: str) -> int | None:
-    """The epoch a streaming run's next entry carries; None means "claim with this entry".
+def stream_epoch(ctx: CommitContext, state: CommittedState, writer_id: str, run: str, query: str | None) -> int:
+    """The epoch a streaming run's entries carry, registering the run at its first commit.
+
+    One barrier put and one registry put per run; later batches of the run
+    read the epoch from the committed state (``state``, as just read).
 
     Raises:
-        FencedWriterError: the run opened before and a newer run has claimed since.
+        FencedWriterError: the run registered before and a newer run has opened since.
     """
     current = state.writers.get(writer_id)
     if current is not None and current.run == run:
         return current.epoch
-    if ctx.wal.register_run(writer_id, run, new_token()):
-        return None
-    if current is None:
-        # Registered by an earlier commit of this run whose claim never reached the WAL: claim now.
-        return None
-    raise FencedWriterError(
-        f"writer {writer_id!r} run {run} was fenced by epoch {current.epoch} (run {current.run}) "
-        f"at WAL seq {current.epoch}; stop this incarnation"
-    )
+    registered = ctx.wal.run_epoch(writer_id, run)
+    if registered is None:
+        barrier = WalEntry(kind=EntryKind.FENCE, token=new_token(), writer=writer_id, run=run, query=query, strict=True)
+        epoch = put_barrier(ctx, barrier, state.upper)
+        failpoints.hit("stream.after-register")
+        registered = ctx.wal.register_run(writer_id, run, epoch)
+    if current is not None and current.epoch > registered:
+        raise FencedWriterError(
+            f"writer {writer_id!r} run {run} (epoch {registered}) was fenced by epoch {current.epoch} "
+            f"(run {current.run}) at WAL seq {current.epoch}; stop this incarnation"
+        )
+    return registered
 
 
 def fence_writer(ctx: CommitContext, writer_id: str, *, run: str = "operator-fence") -> int:
-    """Fence every running incarnation of ``writer_id`` and commit the barrier (CLI ``fence``)."""
+    """Fence every running incarnation of ``writer_id``: put a barrier and commit it (CLI ``fence``).
+
+    Returns the barrier's seq (the new epoch) once it is committed.
+
+    Raises:
+        CommitOutcomeUnknownError: the barrier is durable but could not be committed (e.g. a missing
+            WAL position below it): running incarnations are not fenced yet.
+    """
     validate_writer_id(writer_id)
-    view = ctx.port.load()
-    epoch = ctx.wal.append(
-        WalEntry(kind=EntryKind.FENCE, token=new_token(), writer=writer_id, run=run), start=view.state.upper
+    view = ctx.load()
+    epoch = put_barrier(
+        ctx, WalEntry(kind=EntryKind.FENCE, token=new_token(), writer=writer_id, run=run), view.state.upper
     )
     recover(ctx)
+    state = ctx.load().state
+    current = state.writers.get(writer_id)
+    if state.upper <= epoch or current is None or current.epoch < epoch:
+        raise CommitOutcomeUnknownError(
+            f"table {ctx.port.name}: the fence barrier for writer {writer_id!r} is durable at WAL seq {epoch} but "
+            f"was not committed (committed upper {state.upper}): running incarnations are NOT fenced yet; see "
+            f"`fencedlake status {ctx.port.name}` for what blocks it",
+            table=ctx.port.name,
+            seq=epoch,
+        )
     return epoch

@@ -2,11 +2,15 @@
 
 Every Parquet file fencedlake writes is named from a :class:`FileTag`::
 
-    {kind}-{writer}~{epoch}~{opened}~{batch}~{task}-{attempt}-{nonce}.parquet
+    {kind}-{table}-{writer}~{epoch}~{opened}~{batch}~{task}-{attempt}-{nonce}.parquet
 
-``kind`` is ``w`` for a stable ``writer.id`` and ``a`` for the anonymous
-(ephemeral) writer a batch job gets without one; ``x`` stands for an unknown
-field. The nonce makes the name unique across tasks, attempts and writers.
+``kind`` is ``s`` for a stable ``writer.id`` and ``e`` for the anonymous
+(ephemeral) writer a batch job gets without one; ``table`` is the first 12
+hex digits of the table's UUID, so two tables that share a location (a rename,
+then a new table under the old name) never judge each other's files; ``x``
+stands for an unknown field. The nonce makes the name unique across tasks,
+attempts and writers. (Names without a table tag, kinds ``w``/``a``, come from
+earlier pre-releases and are never collected.)
 ``gc`` parses names to decide, from the committed writer state alone, whether
 a file that no snapshot and no pending WAL entry references can ever be
 referenced again (PROTOCOL.md, "Orphan files"). Files whose names do not parse
@@ -19,10 +23,10 @@ import re
 import secrets
 from dataclasses import dataclass
 
-__all__ = ["FileTag"]
+__all__ = ["FileTag", "table_tag"]
 
 _NAME = re.compile(
-    r"^(?P<kind>[wa])-(?P<writer>[A-Za-z0-9_.-]+)~(?P<epoch>\d+|x)~(?P<opened>\d+|x)~"
+    r"^(?:(?P<kind>[se])-(?P<table>[0-9a-f]{12})-|(?P<legacy>[wa])-)(?P<writer>[A-Za-z0-9_.-]+)~(?P<epoch>\d+|x)~(?P<opened>\d+|x)~"
     r"(?P<batch>\d+|x)~(?P<task>\d+)-(?P<attempt>\d+)-(?P<nonce>[0-9a-f]+)\.parquet$"
 )
 
@@ -48,6 +52,7 @@ class FileTag:
         task: Spark partition id.
         attempt: Spark task attempt id.
         nonce: Random hex making the name unique.
+        table: The table tag (:func:`table_tag` of its UUID); "" in names of earlier pre-releases.
     """
 
     writer: str
@@ -58,11 +63,13 @@ class FileTag:
     task: int = 0
     attempt: int = 0
     nonce: str = ""
+    table: str = ""
 
     def file_name(self) -> str:
         """The Parquet file name for this tag (a fresh nonce if none is set)."""
         nonce = self.nonce or secrets.token_hex(8)
-        kind = "a" if self.ephemeral else "w"
+        legacy = "a" if self.ephemeral else "w"
+        kind = f"{'e' if self.ephemeral else 's'}-{self.table}" if self.table else legacy
         return (
             f"{kind}-{self.writer}~{_opt(self.epoch)}~{_opt(self.opened)}~{_opt(self.batch)}"
             f"~{self.task}-{self.attempt}-{nonce}.parquet"
@@ -76,11 +83,17 @@ class FileTag:
             return None
         return cls(
             writer=m["writer"],
-            ephemeral=m["kind"] == "a",
+            ephemeral=(m["kind"] or m["legacy"]) in ("e", "a"),
             epoch=_parse_opt(m["epoch"]),
             opened=_parse_opt(m["opened"]),
             batch=_parse_opt(m["batch"]),
             task=int(m["task"]),
             attempt=int(m["attempt"]),
             nonce=m["nonce"],
+            table=m["table"] or "",
         )
+
+
+def table_tag(table_uuid: str) -> str:
+    """The table tag of data file names: the first 12 hex digits of the table UUID."""
+    return table_uuid.replace("-", "").lower()[:12]

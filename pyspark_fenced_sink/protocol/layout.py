@@ -1,10 +1,14 @@
 """Every key of a table's control data, spelled once (PROTOCOL.md §1).
 
-Control objects live under ``<table location>/_fencedlake/``:
+A table's control data lives under its *control root*,
+``<table location>/_fencedlake/<table uuid>/``: it belongs to the table's
+identity, not to its location or name (PROTOCOL.md §1.1). Under the root:
 
 * ``wal/{seq:020d}.json`` — WAL positions (zero-padded, so lexicographic order
   is numeric order and a LIST can start after a position);
-* ``runs/{writer}/{run}.json`` — the streaming run registry.
+* ``runs/{writer}/{run}.json`` — the streaming run registry;
+* ``checkpoints/{upper:020d}.json`` — committed states ``gc`` kept before
+  truncating the WAL (``fencedlake repair-state`` starts from them).
 
 Nothing else formats or parses a control key.
 """
@@ -14,33 +18,65 @@ from __future__ import annotations
 import re
 import uuid
 
-__all__ = ["CONTROL_DIR", "RUNS_PREFIX", "WAL_PREFIX", "control_root", "run_key", "seq_of", "wal_key"]
+__all__ = [
+    "CHECKPOINT_PREFIX",
+    "CONTROL_DIR",
+    "RUNS_PREFIX",
+    "WAL_PREFIX",
+    "checkpoint_key",
+    "checkpoint_upper",
+    "control_root",
+    "run_key",
+    "seq_of",
+    "wal_key",
+]
 
 CONTROL_DIR = "_fencedlake"
 WAL_PREFIX = "wal/"
 RUNS_PREFIX = "runs/"
+CHECKPOINT_PREFIX = "checkpoints/"
 _RUN_ID = re.compile(r"^[A-Za-z0-9-]{1,64}$")
 
 
-def control_root(table_location: str) -> str:
-    """The control prefix of a table: ``<table location>/_fencedlake``."""
-    return f"{table_location.rstrip('/')}/{CONTROL_DIR}"
+def control_root(table_location: str, table_uuid: str) -> str:
+    """The control root of a table: ``<table location>/_fencedlake/<table uuid>``."""
+    return f"{table_location.rstrip('/')}/{CONTROL_DIR}/{table_uuid}"
 
 
-def wal_key(seq: int) -> str:
-    """The object key of WAL position ``seq``."""
-    if seq < 0:
-        raise ValueError(f"WAL seq must be >= 0, got {seq}")
-    return f"{WAL_PREFIX}{seq:020d}.json"
+def _numbered(prefix: str, n: int) -> str:
+    if n < 0:
+        raise ValueError(f"a WAL position or upper must be >= 0, got {n}")
+    return f"{prefix}{n:020d}.json"
 
 
-def seq_of(key: str) -> int | None:
-    """The WAL position a key names, or None for any other key."""
+def _number_of(prefix: str, key: str) -> int | None:
+    if not key.startswith(prefix) and f"/{prefix}" not in key:
+        return None
     name = key.rsplit("/", 1)[-1]
     stem, dot, ext = name.partition(".")
     if dot and ext == "json" and len(stem) == 20 and stem.isdigit():
         return int(stem)
     return None
+
+
+def wal_key(seq: int) -> str:
+    """The object key of WAL position ``seq``."""
+    return _numbered(WAL_PREFIX, seq)
+
+
+def seq_of(key: str) -> int | None:
+    """The WAL position a key names, or None for any other key."""
+    return _number_of(WAL_PREFIX, key)
+
+
+def checkpoint_key(upper: int) -> str:
+    """The object key of the state checkpoint taken at committed upper ``upper``."""
+    return _numbered(CHECKPOINT_PREFIX, upper)
+
+
+def checkpoint_upper(key: str) -> int | None:
+    """The upper a checkpoint key names, or None for any other key."""
+    return _number_of(CHECKPOINT_PREFIX, key)
 
 
 def run_key(writer_id: str, run: str) -> str:

@@ -14,7 +14,6 @@ same two functions, so the model exercises exactly what the sink runs:
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict
 from typing import Any
 
 from pyspark_fenced_sink.errors import FencedWriterError, WriteRejectedError
@@ -55,7 +54,11 @@ def data_entry(
         files=tuple(files),
         rows=rows,
         spec_id=spec_id,
-        **asdict(identity),  # writer, ephemeral, epoch, opened, run
+        writer=identity.writer,
+        ephemeral=identity.ephemeral,
+        epoch=identity.epoch,
+        opened=identity.opened,
+        run=identity.run,
     )
 
 

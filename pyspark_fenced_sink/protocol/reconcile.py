@@ -16,10 +16,19 @@ Positions are classified against the committed upper ``U`` (:func:`position`):
 * **above** (``seq > U`` after a missing position): waits for its
   predecessor. It blocks nothing below it.
 
-Batch ids get the same three-way rule per stable writer: at or below the
-writer's last applied batch -> duplicate (already persisted, dropped);
-exactly the next -> applied; beyond the next with ``strict`` (streaming) ->
-rejected as a gap.
+Batch ids get the same rule per stable writer, exactly: a batch id the writer
+applied before -> duplicate (already persisted, dropped); a new id -> applied
+(streaming, ``strict``: only the next after the highest applied; anything else
+is rejected as a gap); an id too old to be judged -> rejected
+(:mod:`~pyspark_fenced_sink.protocol.batches`). A duplicate is therefore
+never reported for a batch id that did not land.
+
+Every decision is a function of the committed state, the WAL entries, and
+two facts from outside the state that the caller passes in: the table's
+default partition spec (``spec_id``) and which old entries' files are
+missing (``missing``). Decisions that used those facts are *external*
+(:attr:`Outcome.external`): they must be committed before a writer reports
+them (PROTOCOL.md §6), because the facts can change back.
 
 Per-entry outcomes (:class:`Outcome`) are recorded in the commit record;
 only ``APPLIED`` data entries contribute files. A plan holds at most one
@@ -29,15 +38,16 @@ append or one atomic replace of the table's rows.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, replace
 from enum import Enum
 
 from pyspark_fenced_sink.options import COMMIT_MAX_GROUP_SIZE_DEFAULT
+from pyspark_fenced_sink.protocol.batches import BatchIds
 from pyspark_fenced_sink.protocol.state import CommittedState, WriterState
 from pyspark_fenced_sink.protocol.wal import EntryKind, WalEntry, WriteMode
 
-__all__ = ["Decision", "Outcome", "Position", "ReconcilePlan", "position", "reconcile"]
+__all__ = ["Decision", "Outcome", "Position", "ReconcilePlan", "position", "reconcile", "transition"]
 
 
 class Position(str, Enum):
@@ -65,13 +75,21 @@ class Outcome(str, Enum):
     QUERY_MISMATCH = "Q"
     EXPIRED = "X"
     SPEC_CHANGED = "S"
+    MISSING_FILES = "L"
+    STALE_BATCH = "O"
     BARRIER = "B"
     MARK = "M"
+    SKIPPED = "K"
 
     @property
     def succeeded(self) -> bool:
         """True if the writer of the entry should report success."""
-        return self in (Outcome.APPLIED, Outcome.DUPLICATE, Outcome.BARRIER, Outcome.MARK)
+        return self in (Outcome.APPLIED, Outcome.DUPLICATE, Outcome.BARRIER, Outcome.MARK, Outcome.SKIPPED)
+
+    @property
+    def external(self) -> bool:
+        """True if the decision used catalog or storage facts outside the committed state."""
+        return self in (Outcome.SPEC_CHANGED, Outcome.MISSING_FILES)
 
 
 @dataclass(frozen=True)
@@ -124,71 +142,85 @@ class ReconcilePlan:
 
 
 def _decide(
-    seq: int, entry: WalEntry, writers: dict[str, WriterState], expired_before: int
-) -> tuple[Outcome, str, int]:
-    """Decide one entry, updating ``writers`` in place; returns (outcome, detail, expired_before)."""
+    seq: int,
+    entry: WalEntry,
+    writers: Mapping[str, WriterState],
+    expired_before: int,
+    spec_id: int | None,
+    missing: Collection[int],
+) -> tuple[Outcome, str]:
+    """Decide one entry against the state so far (no state change: see :func:`transition`)."""
     if entry.kind is EntryKind.EXPIRE:
-        mark = max(expired_before, entry.expire_before or 0)
-        return Outcome.MARK, f"anonymous writes opened before upper {mark} expire", mark
+        return Outcome.MARK, f"anonymous writes opened before upper {entry.expire_before} expire"
+    if entry.kind is EntryKind.SKIP:
+        return Outcome.SKIPPED, f"skipped by an operator: {entry.reason or 'no reason given'}"
     current = writers.get(entry.writer)
-    if entry.kind is EntryKind.FENCE:
-        writers[entry.writer] = WriterState(
-            epoch=seq,
-            run=entry.run,
-            query=entry.query or (current.query if current else None),
-            last_batch=current.last_batch if current else None,
+    if entry.strict and current and current.query and entry.query and current.query != entry.query:
+        return (
+            Outcome.QUERY_MISMATCH,
+            f"writer {entry.writer!r} belongs to streaming query {current.query}, not {entry.query}",
         )
-        return Outcome.BARRIER, f"writer {entry.writer!r} epoch {seq} opened", expired_before
+    if entry.kind is EntryKind.FENCE:
+        return Outcome.BARRIER, f"writer {entry.writer!r} epoch {seq} opened"
     if entry.ephemeral:
         if entry.opened < expired_before:
             return (
                 Outcome.EXPIRED,
                 f"write opened at upper {entry.opened}; gc expired writes opened before {expired_before}",
-                expired_before,
             )
-        return Outcome.APPLIED, "", expired_before
-    if entry.epoch is None:
-        if entry.strict and current and current.query and entry.query and current.query != entry.query:
-            return (
-                Outcome.QUERY_MISMATCH,
-                f"writer {entry.writer!r} belongs to streaming query {current.query}, not {entry.query}",
-                expired_before,
-            )
-        current = WriterState(
+    elif current is None or entry.epoch != current.epoch:
+        fencer = "no open epoch" if current is None else f"epoch {current.epoch}"
+        return Outcome.FENCED, f"writer {entry.writer!r} epoch {entry.epoch} was fenced by {fencer} at WAL seq {seq}"
+    elif entry.batch is not None:
+        verdict = _judge_batch(entry, current)
+        if verdict is not None:
+            return verdict
+    if entry.files and spec_id is not None and entry.spec_id is not None and entry.spec_id != spec_id:
+        return Outcome.SPEC_CHANGED, f"files were written with partition spec {entry.spec_id}; the table's is {spec_id}"
+    if seq in missing:
+        return Outcome.MISSING_FILES, "some of the entry's data files no longer exist (removed by another tool?)"
+    return Outcome.APPLIED, ""
+
+
+def _judge_batch(entry: WalEntry, current: WriterState) -> tuple[Outcome, str] | None:
+    """The outcome a stable writer's batch id forces (duplicate, stale, gap), or None: a new batch."""
+    batch, applied, name = int(entry.batch or 0), current.batches, entry.writer
+    if not applied.known(batch):
+        return (
+            Outcome.STALE_BATCH,
+            f"batch {batch} of writer {name!r} is older than the oldest batch id still tracked ({applied.floor}): "
+            "whether it landed cannot be told",
+        )
+    if batch in applied:
+        return Outcome.DUPLICATE, f"batch {batch} of writer {name!r} was applied before ({applied.describe()})"
+    last = applied.last
+    if entry.strict and last is not None and batch != last + 1:
+        how = "skips batches after" if batch > last else "is out of order below"
+        return Outcome.GAP, f"batch {batch} of writer {name!r} {how} its last applied batch {last}"
+    return None
+
+
+def transition(
+    writers: dict[str, WriterState], expired_before: int, seq: int, entry: WalEntry, outcome: Outcome
+) -> int:
+    """Apply the state change of ``entry`` decided ``outcome`` (in place); returns the new expiry mark.
+
+    The one place a decision changes the committed state; ``fencedlake repair-state`` replays
+    recorded outcomes through it.
+    """
+    if outcome is Outcome.MARK:
+        return max(expired_before, entry.expire_before or 0)
+    current = writers.get(entry.writer)
+    if outcome is Outcome.BARRIER:
+        writers[entry.writer] = WriterState(
             epoch=seq,
             run=entry.run,
             query=entry.query or (current.query if current else None),
-            last_batch=current.last_batch if current else None,
+            batches=current.batches if current else BatchIds(),
         )
-        writers[entry.writer] = current
-    elif current is None or entry.epoch != current.epoch:
-        fencer = "no open epoch" if current is None else f"epoch {current.epoch}"
-        return (
-            Outcome.FENCED,
-            f"writer {entry.writer!r} epoch {entry.epoch} was fenced by {fencer} at WAL seq {seq}",
-            expired_before,
-        )
-    if entry.batch is not None and current.last_batch is not None:
-        if entry.batch <= current.last_batch:
-            return (
-                Outcome.DUPLICATE,
-                f"batch {entry.batch} of writer {entry.writer!r} is at or below its last applied batch "
-                f"{current.last_batch}",
-                expired_before,
-            )
-        if entry.strict and entry.batch > current.last_batch + 1:
-            return (
-                Outcome.GAP,
-                f"batch {entry.batch} of writer {entry.writer!r} skips batches after {current.last_batch}",
-                expired_before,
-            )
-    if entry.batch is not None:
-        writers[entry.writer] = replace(current, last_batch=entry.batch)
-    return Outcome.APPLIED, "", expired_before
-
-
-def _spec_changed(entry: WalEntry, spec_id: int | None) -> bool:
-    return bool(entry.files) and spec_id is not None and entry.spec_id is not None and entry.spec_id != spec_id
+    elif outcome is Outcome.APPLIED and current is not None and not entry.ephemeral and entry.batch is not None:
+        writers[entry.writer] = replace(current, batches=current.batches.add(entry.batch))
+    return expired_before
 
 
 def reconcile(
@@ -197,13 +229,15 @@ def reconcile(
     *,
     max_group: int = COMMIT_MAX_GROUP_SIZE_DEFAULT,
     spec_id: int | None = None,
+    missing: Collection[int] = (),
 ) -> ReconcilePlan:
     """Plan the next commit from ``state`` and the entries at or above its upper.
 
     Entries below ``state.upper`` in ``entries`` are ignored (already reconciled).
     ``spec_id`` is the table's default partition spec in the same version: data
     files written with another spec are rejected (SPEC_CHANGED), because a
-    commit can only add files under the default spec.
+    commit can only add files under the default spec. ``missing`` holds the
+    positions whose data files were found missing (MISSING_FILES).
     """
     writers = dict(state.writers)
     expired_before = state.expired_before
@@ -220,25 +254,16 @@ def reconcile(
         if len(decisions) >= max_group:
             stop = "limit"
             break
-        trial = dict(writers)
-        outcome, detail, trial_expired = _decide(seq, entry, trial, expired_before)
-        if outcome is Outcome.APPLIED and _spec_changed(entry, spec_id):
-            if entry.writer in trial and not entry.ephemeral:  # keep a claim's epoch, not the batch
-                before = writers.get(entry.writer)
-                trial[entry.writer] = replace(trial[entry.writer], last_batch=before.last_batch if before else None)
-            outcome, detail = (
-                Outcome.SPEC_CHANGED,
-                (f"files were written with partition spec {entry.spec_id}; the table's spec is now {spec_id}"),
-            )
+        outcome, detail = _decide(seq, entry, writers, expired_before, spec_id, missing)
         applies = outcome is Outcome.APPLIED and entry.kind is EntryKind.DATA
         if applies and entry.mode.replaces_rows and apply:
             stop = "overwrite"
             break
-        writers, expired_before = trial, trial_expired
+        expired_before = transition(writers, expired_before, seq, entry, outcome)
         decisions.append(Decision(seq, entry.token, entry.writer, outcome, detail))
         if applies:
             mode = entry.mode if not apply else mode
             apply.append(seq)
         seq += 1
-    new_state = CommittedState(upper=seq, writers=writers, expired_before=expired_before)
+    new_state = replace(state, upper=seq, writers=writers, expired_before=expired_before)
     return ReconcilePlan(state, new_state, tuple(decisions), tuple(apply), mode, stop)

@@ -1,11 +1,13 @@
-"""The committed state and the commit records (PROTOCOL.md §4; driver).
+"""The committed state and the commit records (PROTOCOL.md §1, §4; driver).
 
-The committed state — the upper (every WAL position below it has been
-reconciled), each stable writer's epoch, run, query and last batch id, and the
-``gc`` expiry mark — is one JSON table property, ``fencedlake.state``, written
-in the same catalog commit as the data it describes. Table properties are part
-of the table metadata, not of a snapshot: they survive snapshot expiry and
-commits by other engines (which carry properties over unchanged).
+The committed state — the table UUID it belongs to and the control root its
+WAL lives under (PROTOCOL.md §1.1, identity), the upper (every WAL position
+below it has been reconciled), each stable writer's epoch, run, query and
+exact set of applied batch ids, and the ``gc`` expiry mark — is one JSON
+table property, ``fencedlake.state``, written in the same catalog commit as
+the data it describes. Table properties are part of the table metadata, not
+of a snapshot: they survive snapshot expiry and commits by other engines
+(which carry properties over unchanged).
 
 Each fencedlake commit also leaves a *commit record* in its snapshot summary:
 the range of WAL positions it reconciled and, for each, the first
@@ -20,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pyspark_fenced_sink.errors import CorruptControlDataError
+from pyspark_fenced_sink.protocol.batches import BatchIds
 from pyspark_fenced_sink.protocol.codec import MALFORMED, dumps, loads_versioned
 from pyspark_fenced_sink.protocol.wal import TOKEN_CHARS
 
@@ -33,7 +36,7 @@ __all__ = [
 ]
 
 STATE_PROPERTY = "fencedlake.state"
-STATE_VERSION = 1
+STATE_VERSION = 2
 SUMMARY_SEQS = "fencedlake.seqs"
 SUMMARY_OUTCOMES = "fencedlake.outcomes"
 SUMMARY_METRICS = "fencedlake.commit"
@@ -41,12 +44,39 @@ SUMMARY_METRICS = "fencedlake.commit"
 
 @dataclass(frozen=True)
 class WriterState:
-    """What the table remembers about one stable writer id."""
+    """What the table remembers about one stable writer id.
+
+    Attributes:
+        epoch: The WAL position of the barrier that opened the current incarnation.
+        run: The current incarnation's run id.
+        query: The streaming query the writer id belongs to, if any.
+        batches: Every batch id applied by any incarnation of this writer, exactly.
+    """
 
     epoch: int
     run: str | None = None
     query: str | None = None
-    last_batch: int | None = None
+    batches: BatchIds = field(default_factory=BatchIds)
+
+    def encode(self) -> dict[str, Any]:
+        """JSON form inside the state property."""
+        body: dict[str, Any] = {"epoch": self.epoch, "batches": self.batches.encode()}
+        body.update({k: v for k, v in (("run", self.run), ("query", self.query)) if v is not None})
+        return body
+
+    @classmethod
+    def decode(cls, body: Mapping[str, Any]) -> WriterState:
+        """Parse :meth:`encode`'s form (ValueError/TypeError/KeyError if malformed)."""
+        unknown = set(body) - {"epoch", "run", "query", "batches"}
+        if unknown:
+            raise ValueError(f"unknown writer field(s) {sorted(unknown)}")
+        run, query = body.get("run"), body.get("query")
+        return cls(
+            epoch=int(body["epoch"]),
+            run=None if run is None else str(run),
+            query=None if query is None else str(query),
+            batches=BatchIds.decode(body.get("batches", {})),
+        )
 
 
 @dataclass(frozen=True)
@@ -57,16 +87,26 @@ class CommittedState:
         upper: Every WAL position ``< upper`` has been reconciled.
         writers: Stable writer id -> its state.
         expired_before: Anonymous writes opened before this upper are rejected.
+        table_uuid: The UUID of the table this state belongs to (None: not yet bound).
+        root: The control root (URI) of the table's WAL (None: not yet bound).
     """
 
     upper: int = 0
     writers: Mapping[str, WriterState] = field(default_factory=dict)
     expired_before: int = 0
+    table_uuid: str | None = None
+    root: str | None = None
 
     def encode(self) -> str:
         """The value of the ``fencedlake.state`` property."""
-        writers = {w: {k: v for k, v in vars(s).items() if v is not None} for w, s in sorted(self.writers.items())}
-        body = {"v": STATE_VERSION, "upper": self.upper, "expired_before": self.expired_before, "writers": writers}
+        body = {
+            "v": STATE_VERSION,
+            "table": self.table_uuid,
+            "root": self.root,
+            "upper": self.upper,
+            "expired_before": self.expired_before,
+            "writers": {w: s.encode() for w, s in sorted(self.writers.items())},
+        }
         return dumps(body)
 
     @classmethod
@@ -76,12 +116,19 @@ class CommittedState:
             return cls()
         try:
             body = loads_versioned(text, STATE_VERSION, f"{where}: property {STATE_PROPERTY}")
-            writers = {str(w): WriterState(**s) for w, s in body.get("writers", {}).items()}
-            return cls(upper=int(body["upper"]), writers=writers, expired_before=int(body.get("expired_before", 0)))
+            table, root = body.get("table"), body.get("root")
+            return cls(
+                upper=int(body["upper"]),
+                writers={str(w): WriterState.decode(s) for w, s in body.get("writers", {}).items()},
+                expired_before=int(body.get("expired_before", 0)),
+                table_uuid=None if table is None else str(table),
+                root=None if root is None else str(root),
+            )
         except MALFORMED as e:
             raise CorruptControlDataError(
                 f"{where}: property {STATE_PROPERTY} is not a valid fencedlake state ({e}); "
-                "restore it from the previous metadata file (operator action)"
+                "restore it from the previous metadata file or rebuild it with `fencedlake repair-state` "
+                "(operator action)"
             ) from e
 
 

@@ -12,11 +12,21 @@ earlier attempt landed, or a peer's entry is there), never by guessing
 Entry kinds:
 
 * ``data``   — a write's files (or none): append or overwrite, with the
-  writer identity, epoch (or a claim), batch id and run;
+  writer identity, epoch, batch id and run;
 * ``fence``  — a fence barrier: the writer's epoch becomes this entry's seq;
-  older epochs' entries after it are never applied (I4);
+  older epochs' entries after it are never applied (I4). Batch writers put
+  one when they open, streaming runs when they register, the CLI to fence;
 * ``expire`` — ``gc``'s barrier: anonymous writes opened before
-  ``expire_before`` are rejected from here on (I6).
+  ``expire_before`` are rejected from here on (I6);
+* ``skip``   — an operator's no-op at a position whose object was lost or
+  damaged (``fencedlake skip``), with the operator's reason.
+
+Truncation keeps the object at ``upper - 1``, so a LIST from any upper a
+writer ever read finds a tail at or above the current upper minus one and no
+put can land in a truncated position (PROTOCOL.md §8). ``gc`` leaves a
+checkpoint of the committed state before truncating
+(``checkpoints/{upper:020d}.json``), from which ``fencedlake repair-state``
+rebuilds a lost state property together with the WAL and the commit records.
 """
 
 from __future__ import annotations
@@ -30,8 +40,16 @@ from typing import Any
 
 from pyspark_fenced_sink.errors import CommitOutcomeUnknownError, CorruptControlDataError, StoreError
 from pyspark_fenced_sink.protocol.codec import MALFORMED, dumps, loads_versioned
-from pyspark_fenced_sink.protocol.layout import WAL_PREFIX, run_key, seq_of, wal_key
-from pyspark_fenced_sink.store.base import ObjectStore, create_resolved
+from pyspark_fenced_sink.protocol.layout import (
+    CHECKPOINT_PREFIX,
+    WAL_PREFIX,
+    checkpoint_key,
+    checkpoint_upper,
+    run_key,
+    seq_of,
+    wal_key,
+)
+from pyspark_fenced_sink.store.base import Claim, ObjectStore, claim_key, create_resolved
 
 __all__ = [
     "FILE_PATH_KEY",
@@ -48,7 +66,7 @@ __all__ = [
     "encoded_spec_id",
 ]
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 TOKEN_CHARS = 12  # the prefix of an owner token recorded in snapshot summaries
 #: The keys of an encoded data file that the protocol itself reads; the rest of the
 #: encoding belongs to the Iceberg adapter (``iceberg.datafiles``).
@@ -62,6 +80,7 @@ class EntryKind(str, Enum):
     DATA = "data"
     FENCE = "fence"
     EXPIRE = "expire"
+    SKIP = "skip"
 
 
 class WriteMode(str, Enum):
@@ -86,12 +105,12 @@ class WalEntry:
     """One WAL entry.
 
     Attributes:
-        kind: data, fence or expire.
+        kind: data, fence, expire or skip.
         token: The owner token (unique per write attempt); resolves ambiguous puts.
         writer: The writer id.
         ephemeral: True for a batch job's anonymous writer (no epoch, no state kept).
-        epoch: The writer's epoch; None with ``kind`` data/fence of a stable writer
-            means "claim": this entry's own seq becomes the writer's epoch.
+        epoch: The writer's epoch (the seq of the barrier that opened it); None for
+            anonymous writers and barriers.
         run: The incarnation (streaming run id or batch write id) that wrote it.
         query: The streaming query id (stable across restarts), if any.
         batch: ``writer.batch-id`` or the streaming batch id, if any.
@@ -103,6 +122,7 @@ class WalEntry:
         created_ms: Wall clock when the entry was built (informational).
         rows: Rows in ``files`` (informational).
         spec_id: The partition spec the files were written with.
+        reason: For ``skip`` entries: the operator's reason.
     """
 
     kind: EntryKind
@@ -121,16 +141,12 @@ class WalEntry:
     created_ms: int = field(default_factory=lambda: int(time.time() * 1000))
     rows: int = 0
     spec_id: int | None = None
+    reason: str | None = None
 
     def __post_init__(self) -> None:
         # Callers may pass the enums' string values (``mode="overwrite"``); store the enums.
         object.__setattr__(self, "kind", EntryKind(self.kind))
         object.__setattr__(self, "mode", WriteMode(self.mode))
-
-    @property
-    def claims(self) -> bool:
-        """True if reconciling this entry makes its seq the writer's new epoch."""
-        return self.kind in (EntryKind.DATA, EntryKind.FENCE) and self.epoch is None and not self.ephemeral
 
     def with_token(self, token: str) -> WalEntry:
         """A copy with another owner token."""
@@ -154,6 +170,7 @@ def encode_entry(entry: WalEntry) -> bytes:
         "created_ms": entry.created_ms,
         "rows": entry.rows or None,
         "spec_id": entry.spec_id,
+        "reason": entry.reason,
     }
     body.update({k: v for k, v in optional.items() if v is not None})
     return dumps(body).encode()
@@ -181,11 +198,15 @@ def decode_entry(data: bytes, key: str = "?") -> WalEntry:
             created_ms=int(body.get("created_ms", 0)),
             rows=int(body.get("rows", 0)),
             spec_id=_opt_int(body.get("spec_id")),
+            reason=None if body.get("reason") is None else str(body["reason"]),
         )
     except MALFORMED as e:
+        seq = seq_of(key)
         raise CorruptControlDataError(
-            f"WAL object {key} is not a valid fencedlake entry ({e}); move it aside and run "
-            "`fencedlake status` to see what is pending"
+            f"WAL object {key} is not a valid fencedlake entry ({e}); every commit on the table waits behind it. "
+            f"Move the object out of the WAL (keep it for inspection), then run "
+            f"`fencedlake skip TABLE {'SEQ' if seq is None else seq} --reason '...'` to record the position as "
+            "skipped; its writer, if alive, puts its entry again"
         ) from e
 
 
@@ -200,6 +221,18 @@ def _file_tuple(value: Any) -> tuple[Mapping[str, Any], ...]:
     if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
         raise ValueError(f"'files' must be a list of encoded data files, found {json.dumps(value)[:80]}")
     return tuple(value)
+
+
+def _entry_token(raw: bytes) -> str:
+    """The owner token of an encoded entry; "" for a damaged object (never ours: the caller moves on)."""
+    try:
+        return decode_entry(raw).token
+    except CorruptControlDataError:
+        return ""
+
+
+def _token_of(raw: bytes) -> str:
+    return str(json.loads(raw).get("token"))
 
 
 def encoded_path(encoded: Mapping[str, Any]) -> str:
@@ -228,70 +261,126 @@ class Wal:
         seqs = (seq_of(k) for k in self.store.list(WAL_PREFIX, after))
         return sorted(s for s in seqs if s is not None and s >= start)
 
+    def occupied(self, seq: int) -> bool:
+        """True if an object (readable or not) is at position ``seq``."""
+        return self.store.get(wal_key(seq)) is not None
+
     def read(self, seq: int) -> WalEntry | None:
         """The entry at ``seq``, or None if the position is empty."""
         data = self.store.get(wal_key(seq))
         return None if data is None else decode_entry(data, f"{self.label}/{wal_key(seq)}")
 
     def append(self, entry: WalEntry, start: int) -> int:
+        """Put ``entry`` at the first free position after the tail seen from ``start``; returns its seq.
+
+        See :meth:`append_claim`; a caller that cannot handle a vanished position
+        itself must not use this (barriers use ``fencing.put_barrier``).
+        """
+        return self.append_claim(entry, start)[0]
+
+    def append_claim(self, entry: WalEntry, start: int) -> tuple[int, bool]:
         """Put ``entry`` at the first free position after the tail seen from ``start``.
 
-        Returns the seq the entry now occupies. Raises StoreError if nothing
-        can have been written, or CommitOutcomeUnknownError if a put may have
-        landed but could not be confirmed.
+        Returns (seq, vanished). ``vanished`` is True when the position answered
+        "exists" and the object was gone before it could be read: it was
+        reconciled and truncated meanwhile, and whether it was our own earlier
+        attempt (a lost response) only the commit record of ``seq`` can tell —
+        the caller looks it up (PROTOCOL.md §6). The key is never created again.
+
+        Raises StoreError if nothing can have been written, or
+        CommitOutcomeUnknownError if a put may have landed but could not be confirmed.
         """
         data = encode_entry(entry)
         seqs = self.scan(start)
         seq = seqs[-1] + 1 if seqs else start
         while True:
-            if self._put_resolved(seq, data, entry.token):
-                return seq
+            claim = self._claim(seq, data, entry.token)
+            if claim is not Claim.THEIRS:
+                return seq, claim is Claim.VANISHED
             seqs = self.scan(seq + 1)
             seq = seqs[-1] + 1 if seqs else seq + 1
 
-    def truncate(self, below: int) -> int:
-        """Delete every position below ``below`` (the committed upper); returns how many were deleted."""
+    def truncate(self, upper: int) -> int:
+        """Delete positions below ``upper - 1`` (``upper``: the committed upper); returns how many.
+
+        The object at ``upper - 1`` is kept: a writer listing from any upper it
+        read earlier then finds a tail at or above it, so no put (data entry or
+        barrier) can land in a truncated position.
+        """
         deleted = 0
         for key in self.store.list(WAL_PREFIX):
             seq = seq_of(key)
             if seq is None:
                 continue
-            if seq >= below:
+            if seq >= upper - 1:
                 break
             self.store.delete(key)
             deleted += 1
         return deleted
 
-    def register_run(self, writer_id: str, run: str, token: str) -> bool:
-        """Register streaming run ``run`` of ``writer_id`` with put-if-absent (PROTOCOL.md §7).
+    def truncatable(self, upper: int) -> int:
+        """How many positions :meth:`truncate` would delete now (``gc --dry-run``)."""
+        return sum(1 for k in self.store.list(WAL_PREFIX) if (s := seq_of(k)) is not None and s < upper - 1)
 
-        Returns True if this call (token ``token``) created the registration,
-        False if the run was registered before (by an earlier commit of it).
+    def put_checkpoint(self, upper: int, state_text: str) -> None:
+        """Keep the committed state at ``upper`` (before truncating below it); an existing one is kept.
+
+        The state at an upper is unique (reconciliation is deterministic), so an existing checkpoint
+        there holds the same text; an ambiguous put is retried and resolved by comparing the text.
         """
-        key = run_key(writer_id, run)
-        body = {"writer": writer_id, "run": run, "token": token, "opened_ms": int(time.time() * 1000)}
-        return create_resolved(
-            self.store,
-            key,
-            json.dumps(body, sort_keys=True).encode(),
-            token,
-            lambda raw: str(json.loads(raw).get("token")),
-            sleep=self.sleep,
+        create_resolved(
+            self.store, checkpoint_key(upper), state_text.encode(), state_text, bytes.decode, sleep=self.sleep
         )
 
-    def _put_resolved(self, seq: int, data: bytes, token: str) -> bool:
-        """True if the object at ``seq`` is ours after this call, False if a peer's."""
+    def latest_checkpoint(self, at_most: int = 2**63) -> tuple[int, str] | None:
+        """(upper, state text) of the newest checkpoint at or below ``at_most``, or None (one LIST, one GET)."""
+        found = [u for k in self.store.list(CHECKPOINT_PREFIX) if (u := checkpoint_upper(k)) is not None]
+        for upper in sorted((u for u in found if u <= at_most), reverse=True):
+            data = self.store.get(checkpoint_key(upper))
+            if data is not None:
+                return upper, data.decode()
+        return None
+
+    def remove(self, seq: int) -> None:
+        """Delete the object at ``seq`` (only ever below the committed upper)."""
+        self.store.delete(wal_key(seq))
+
+    def put_skip(self, seq: int, entry: WalEntry) -> bool:
+        """Put an operator's ``skip`` entry at exactly ``seq`` (put-if-absent); False if the position is taken."""
+        return self._claim(seq, encode_entry(entry), entry.token) is Claim.OURS
+
+    def register_run(self, writer_id: str, run: str, epoch: int) -> int:
+        """Record that streaming run ``run`` of ``writer_id`` registered with the barrier at ``epoch``.
+
+        Put-if-absent: a registration that already exists (this run's earlier
+        attempt) wins. Returns the epoch the registry holds for the run.
+        """
+        key = run_key(writer_id, run)
+        body = {"writer": writer_id, "run": run, "epoch": epoch, "opened_ms": int(time.time() * 1000)}
+        token = f"{run}@{epoch}"
+        if create_resolved(
+            self.store, key, dumps({**body, "token": token}).encode(), token, _token_of, sleep=self.sleep
+        ):
+            return epoch
+        recorded = self.run_epoch(writer_id, run)
+        return epoch if recorded is None else recorded
+
+    def run_epoch(self, writer_id: str, run: str) -> int | None:
+        """The epoch streaming run ``run`` registered with, or None if it never registered."""
+        key = run_key(writer_id, run)
+        data = self.store.get(key)
+        if data is None:
+            return None
+        try:
+            return int(json.loads(data)["epoch"])
+        except MALFORMED as e:
+            raise CorruptControlDataError(f"run registry object {self.label}/{key} is damaged ({e})") from e
+
+    def _claim(self, seq: int, data: bytes, token: str) -> Claim:
+        """Whose the object at ``seq`` is after a put-if-absent of ``data`` (I7)."""
         key = wal_key(seq)
         try:
-            return create_resolved(
-                self.store,
-                key,
-                data,
-                token,
-                lambda raw: decode_entry(raw, f"{self.label}/{key}").token,
-                attempts=self.put_attempts,
-                sleep=self.sleep,
-            )
+            return claim_key(self.store, key, data, token, _entry_token, attempts=self.put_attempts, sleep=self.sleep)
         except StoreError as e:
             if e.ambiguous:
                 raise CommitOutcomeUnknownError(

@@ -20,9 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from pyspark_fenced_sink import failpoints, logs
+from pyspark_fenced_sink.errors import TableChangedError
 from pyspark_fenced_sink.options import SinkOptions, parse_options
 from pyspark_fenced_sink.protocol.fencing import WriterIdentity
-from pyspark_fenced_sink.protocol.filetag import FileTag
+from pyspark_fenced_sink.protocol.filetag import FileTag, table_tag
 from pyspark_fenced_sink.protocol.wal import WriteMode, encoded_path
 from pyspark_fenced_sink.spark.messages import FencedLakeCommitMessage
 from pyspark_fenced_sink.write.task import WriteSpec
@@ -59,19 +60,23 @@ def plan_write(options: Any, schema: Any, overwrite: bool, *, streaming: bool) -
     failpoints.configure(opts.failpoints)
     table = resolve_table(load_catalog(opts.catalog), opts, schema)
     identity = None
+    metadata = table.metadata
+    table_id = table_tag(str(metadata.table_uuid))
     if streaming:
-        tag = FileTag(str(opts.writer_id), False, None, None, None)
+        tag = FileTag(str(opts.writer_id), False, None, None, None, table=table_id)
     else:
         opened = open_table(opts.catalog, opts.table, table=table)
         identity = open_writer(opened.ctx, opts.writer_id, view=opened.view)
-        tag = FileTag(identity.writer, identity.ephemeral, identity.epoch, identity.opened, opts.batch_id)
-    metadata = table.metadata
+        tag = FileTag(
+            identity.writer, identity.ephemeral, identity.epoch, identity.opened, opts.batch_id, table=table_id
+        )
     spec = WriteSpec(
         table=opts.table,
         location=metadata.location,
         schema_json=metadata.schema().model_dump_json(),
         spec_json=metadata.spec().model_dump_json(),
         spec_id=metadata.default_spec_id,
+        table_uuid=str(metadata.table_uuid),
         format_version=metadata.format_version,
         properties=dict(metadata.properties),
         io_properties=io_properties(table),
@@ -122,13 +127,20 @@ def commit_files(
         opts.catalog, opts.table, max_wait_ms=opts.commit_max_wait_ms, max_group=opts.commit_max_group_size
     )
     ctx, view = opened.ctx, opened.view
+    if view.table_uuid != plan.spec.table_uuid:
+        raise TableChangedError(
+            f"table {opts.table} is now table {view.table_uuid}, not {plan.spec.table_uuid} that this write was "
+            "planned for: it was dropped and re-created, or renamed and replaced, while the write ran; nothing was "
+            "committed, re-run the write"
+        )
     if plan.identity is not None:
         identity, query, strict, batch = plan.identity, None, False, opts.batch_id
     else:
         run = next((m.run for m in collected if m.run), None) or f"batch-{batch_id}"
         query = next((m.query for m in collected if m.query), None)
         writer = str(opts.writer_id)
-        identity = WriterIdentity(writer, False, stream_epoch(ctx, view.state, writer, run), view.state.upper, run)
+        epoch = stream_epoch(ctx, view.state, writer, run, query)
+        identity = WriterIdentity(writer, False, epoch, view.state.upper, run)
         strict, batch = True, batch_id
     marker = _abort_marker(identity.run, batch)
     marker.parent.mkdir(parents=True, exist_ok=True)

@@ -19,11 +19,12 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
-from typing import Protocol, runtime_checkable
+from enum import Enum
+from typing import Any, Protocol, runtime_checkable
 
 from pyspark_fenced_sink.errors import StoreError
 
-__all__ = ["CountingStore", "ObjectStore", "check_key", "create_resolved"]
+__all__ = ["Claim", "CountingStore", "ObjectStore", "check_key", "claim_key", "create_resolved"]
 
 
 @runtime_checkable
@@ -80,7 +81,17 @@ class CountingStore:
         self.inner.delete(key)
 
 
-def create_resolved(
+class Claim(str, Enum):
+    """Whose object a key holds after a put-if-absent, as :func:`claim_key` resolved it."""
+
+    OURS = "ours"
+    THEIRS = "theirs"
+    #: It existed, then was deleted before it could be read: truncated after being reconciled. Whose it
+    #: was is no longer in the store; the caller resolves it (the WAL asks the commit record).
+    VANISHED = "vanished"
+
+
+def claim_key(
     store: ObjectStore,
     key: str,
     data: bytes,
@@ -89,8 +100,8 @@ def create_resolved(
     *,
     attempts: int = 5,
     sleep: Callable[[float], None] = time.sleep,
-) -> bool:
-    """Create ``key`` and say whose it is: True ours, False a peer's (invariant I7).
+) -> Claim:
+    """Create ``key`` and say whose it is (invariant I7); never re-creates a key that vanished.
 
     Every "already exists" is resolved by reading the object back and comparing
     its owner token with ours (``token_of`` extracts it), because our own
@@ -106,13 +117,26 @@ def create_resolved(
     for attempt in range(attempts):
         try:
             if store.put_if_absent(key, data):
-                return True
+                return Claim.OURS
         except StoreError as e:
             last, maybe_ours = e, maybe_ours or e.ambiguous
             sleep(min(0.05 * 2**attempt, 1.0))
             continue
         existing = store.get(key)
-        if existing is not None:
-            return token_of(existing) == token
-        # Created and deleted again before we could read it: try the key again.
+        if existing is None:
+            return Claim.VANISHED
+        return Claim.OURS if token_of(existing) == token else Claim.THEIRS
     raise StoreError(f"create {key} not confirmed after {attempts} attempts: {last}", ambiguous=maybe_ours)
+
+
+def create_resolved(store: ObjectStore, key: str, data: bytes, token: str, *args: Any, **options: Any) -> bool:
+    """:func:`claim_key` (same arguments) for keys never deleted while in use: True ours, False a peer's.
+
+    A key that vanished between "exists" and the read is tried again.
+    """
+    attempts = int(options.get("attempts", 5))
+    for _ in range(attempts):
+        claim = claim_key(store, key, data, token, *args, **options)
+        if claim is not Claim.VANISHED:
+            return claim is Claim.OURS
+    raise StoreError(f"create {key}: the object kept vanishing after {attempts} attempts", ambiguous=True)

@@ -106,11 +106,11 @@ def open_catalog(target: Target) -> Any:
     return load_catalog(catalog_of(target))
 
 
-def open_target(target: Target, table: str) -> Any:
+def open_target(target: Target, table: str, **kwargs: Any) -> Any:
     """``open_table`` for ``table`` of ``target``: an ``OpenedTable`` (commit context, port, view)."""
     from pyspark_fenced_sink.iceberg.catalogs import open_table
 
-    return open_table(catalog_of(target), table)
+    return open_table(catalog_of(target), table, **kwargs)
 
 
 def postgres_target(uri: str, warehouse: str) -> dict[str, str]:

@@ -114,4 +114,4 @@ def check_table(table: Any, wal: Wal, exists: Callable[[str], bool], *, truncate
 def pending_after_recover(ctx: CommitContext) -> list[int]:
     """Run ``recover`` and return the WAL positions still at or above the upper (I5: must be none)."""
     recover(ctx)
-    return ctx.wal.scan(ctx.port.load().state.upper)
+    return ctx.wal.scan(ctx.load().state.upper)

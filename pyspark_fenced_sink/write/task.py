@@ -81,6 +81,7 @@ class WriteSpec:
         schema_json: ``Schema.model_dump_json()`` of the table's current schema.
         spec_json: ``PartitionSpec.model_dump_json()`` of the default spec.
         spec_id: The default spec's id (recorded in the WAL entry).
+        table_uuid: The table's UUID when the write was planned (the commit checks it).
         format_version: The table's format version.
         properties: Table properties (Parquet, file size and location settings).
         io_properties: FileIO properties; may hold secrets, masked in ``repr``.
@@ -95,6 +96,7 @@ class WriteSpec:
     schema_json: str
     spec_json: str
     spec_id: int
+    table_uuid: str
     format_version: int
     properties: Mapping[str, str]
     io_properties: Mapping[str, str]

@@ -98,7 +98,7 @@ def test_committed_state_survives_snapshot_expiry(wh: str) -> None:
     table = embedded_catalog(wh).load_table(TABLE)
     assert len(table.metadata.snapshots) == 1
     state = CommittedState.decode(table.properties[STATE_PROPERTY])
-    assert state.writers["w"].last_batch == 2
+    assert state.writers["w"].batches.intervals == ((0, 2),)
     replay = sink_write(wh, TABLE, rows("a", 20, 10), writer_id="w", writer_batch_id=2)
     assert replay.outcome is Outcome.DUPLICATE
     assert table_ids(wh, TABLE) == list(range(30))

@@ -1,31 +1,45 @@
-"""An in-memory catalog table implementing ``commit.TablePort`` (model-based test).
+"""An in-memory catalog implementing ``commit.TablePort`` (model-based test).
 
-A linearizable register: a commit lands only if the table is still at the
-base version (the compare-and-swap a real catalog makes on the metadata
-location). It can inject unknown commit outcomes, and — to prove the model
-test catches it — emulate pyiceberg's own retry, which rebases a stale commit
-onto the new head instead of failing (``rebase_on_conflict``).
+A catalog maps names to tables; each table has a UUID, a location, a version
+register with compare-and-swap (what a real catalog does on the metadata
+location), an optional ``fencedlake.state`` property, a partition spec id and
+its commit records. Catalog operations other tools perform — drop and
+re-create, rename, purge, removing or editing the state property, changing
+and reverting the partition spec — are methods here, so the model can run
+them between protocol steps. The port can inject unknown commit outcomes and,
+to prove the model catches it, emulate pyiceberg's own retry, which rebases a
+stale commit onto the new head instead of failing (``rebase_on_conflict``).
 """
 
 from __future__ import annotations
 
 import threading
+import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from pyspark_fenced_sink.protocol.commit import CommitConflict, CommitUnknown, TableView
+from pyspark_fenced_sink.errors import InvalidOptionsError
+from pyspark_fenced_sink.protocol.commit import CommitConflict, CommitUnknown
 from pyspark_fenced_sink.protocol.reconcile import ReconcilePlan
 from pyspark_fenced_sink.protocol.state import CommitRecord, CommittedState
+from pyspark_fenced_sink.protocol.view import TableView
 from pyspark_fenced_sink.protocol.wal import WalEntry
+
+LOCATION = "mem://warehouse/model/table"
+NAME = "model.table"
 
 
 @dataclass
 class MemoryTable:
-    """The catalog's view of one table: versions, state, live files, commit records."""
+    """The catalog's view of one table: identity, versions, state, live files, commit records."""
 
+    uuid: str = field(default_factory=lambda: str(uuid.uuid4()))
+    location: str = LOCATION
     version: int = 0
     state: CommittedState = field(default_factory=CommittedState)
+    has_state: bool = False
+    spec_id: int | None = None
     files: list[Mapping[str, Any]] = field(default_factory=list)
     records: list[tuple[int, CommitRecord]] = field(default_factory=list)
     states: list[CommittedState] = field(default_factory=lambda: [CommittedState()])
@@ -33,51 +47,103 @@ class MemoryTable:
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
+@dataclass
+class MemoryCatalog:
+    """Names -> tables; every table ever created is kept in ``created`` (dropped ones too)."""
+
+    tables: dict[str, MemoryTable] = field(default_factory=dict)
+    created: list[MemoryTable] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def create(self, name: str = NAME, location: str = LOCATION) -> MemoryTable:
+        table = MemoryTable(location=location)
+        with self.lock:
+            self.tables[name] = table
+            self.created.append(table)
+        return table
+
+    def drop(self, name: str = NAME) -> MemoryTable | None:
+        with self.lock:
+            return self.tables.pop(name, None)
+
+    def rename(self, old: str, new: str) -> None:
+        with self.lock:
+            self.tables[new] = self.tables.pop(old)
+
+
 class MemoryTablePort:
-    """``TablePort`` over a shared :class:`MemoryTable`.
+    """``TablePort`` over one name of a :class:`MemoryCatalog` (or a single :class:`MemoryTable`).
 
     ``fault()`` is asked before each commit and may return ``"unknown-before"``
     (nothing lands, the caller sees CommitUnknown) or ``"unknown-after"`` (the
     commit lands, the caller sees CommitUnknown).
     """
 
-    name = "model.table"
-
     def __init__(
         self,
-        table: MemoryTable,
+        table: MemoryTable | MemoryCatalog,
         *,
+        name: str = NAME,
         checkpoint: Callable[[], None] = lambda: None,
         fault: Callable[[], str | None] = lambda: None,
         rebase_on_conflict: bool = False,
     ) -> None:
-        self.table = table
+        self.catalog = table if isinstance(table, MemoryCatalog) else MemoryCatalog({name: table}, [table])
+        self.name = name
         self.checkpoint = checkpoint
         self.fault = fault
         self.rebase_on_conflict = rebase_on_conflict
 
+    @property
+    def table(self) -> MemoryTable:
+        with self.catalog.lock:
+            table = self.catalog.tables.get(self.name)
+        if table is None:
+            raise InvalidOptionsError(f"table {self.name} does not exist (it was dropped?)")
+        return table
+
     def load(self) -> TableView:
         self.checkpoint()
-        with self.table.lock:
-            return TableView(state=self.table.state, version=str(self.table.version))
+        t = self.table
+        with t.lock:
+            return TableView(
+                state=t.state if t.has_state else CommittedState(),
+                version=f"{t.uuid}:{t.version}",
+                spec_id=t.spec_id,
+                table_uuid=t.uuid,
+                location=t.location,
+                fresh=not t.has_state,
+                recorded_upper=t.records[-1][1].last + 1 if t.records else None,
+            )
+
+    @staticmethod
+    def _version(view: TableView) -> int:
+        return int(view.version.rsplit(":", 1)[-1])
 
     def find_record(self, view: TableView, seq: int) -> CommitRecord | None:
         self.checkpoint()
-        with self.table.lock:
-            for version, record in reversed(self.table.records):
-                if version <= int(view.version) and record.first <= seq <= record.last:
-                    return record
+        for record in reversed(self.records(view)):
+            if record.first <= seq <= record.last:
+                return record
         return None
+
+    def records(self, view: TableView) -> list[CommitRecord]:
+        t = self.table
+        with t.lock:
+            return [r for v, r in t.records if v <= self._version(view)] if t.uuid == view.table_uuid else []
+
+    def _cas(self, t: MemoryTable, base: TableView) -> None:
+        if base.table_uuid != t.uuid or (base.version != f"{t.uuid}:{t.version}" and not self.rebase_on_conflict):
+            raise CommitConflict(f"table is at version {t.uuid}:{t.version}, not {base.version}")
 
     def commit(
         self, base: TableView, plan: ReconcilePlan, entries: Mapping[int, WalEntry], record: CommitRecord
     ) -> TableView:
         self.checkpoint()
         fault = self.fault()
-        with self.table.lock:
-            t = self.table
-            if base.version != str(t.version) and not self.rebase_on_conflict:
-                raise CommitConflict(f"table is at version {t.version}, not {base.version}")
+        t = self.table
+        with t.lock:
+            self._cas(t, base)
             if fault == "unknown-before":
                 raise CommitUnknown("response lost before the commit reached the catalog")
             added = [f for s in plan.apply for f in entries[s].files]
@@ -86,10 +152,41 @@ class MemoryTablePort:
             t.files.extend(added)
             t.ever_referenced.update(str(f["p"]) for f in added)
             t.version += 1
-            t.state = plan.state
+            t.state, t.has_state = plan.state, True
             t.states.append(plan.state)
             t.records.append((t.version, record))
-            view = TableView(state=t.state, version=str(t.version))
         if fault == "unknown-after":
             raise CommitUnknown("response lost after the commit landed")
-        return view
+        return self.load_unchecked()
+
+    def replace_state(self, base: TableView, state: CommittedState) -> TableView:
+        self.checkpoint()
+        t = self.table
+        with t.lock:
+            self._cas(t, base)
+            t.version += 1
+            t.state, t.has_state = state, True
+            t.states.append(state)
+        return self.load_unchecked()
+
+    def load_unchecked(self) -> TableView:
+        """``load`` without a scheduler checkpoint (the view a commit returns)."""
+        checkpoint, self.checkpoint = self.checkpoint, lambda: None
+        try:
+            return self.load()
+        finally:
+            self.checkpoint = checkpoint
+
+    # Catalog operations other tools perform on the table behind the name.
+
+    def lose_state(self) -> None:
+        """A tool rewrites the properties without ``fencedlake.state``."""
+        t = self.table
+        with t.lock:
+            t.has_state, t.version = False, t.version + 1
+
+    def change_spec(self, spec_id: int) -> None:
+        """Another engine sets the default partition spec (a revert reuses the old id, as Iceberg does)."""
+        t = self.table
+        with t.lock:
+            t.spec_id, t.version = spec_id, t.version + 1

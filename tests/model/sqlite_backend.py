@@ -84,7 +84,7 @@ class _ModelPort(IcebergTablePort):
             t.files.extend(added)
             t.ever_referenced.update(str(f["p"]) for f in added)
             t.version += 1
-            t.state = plan.state
+            t.state, t.has_state = plan.state, True
             t.states.append(plan.state)
             t.records.append((t.version, record))
 
@@ -125,6 +125,9 @@ class SqliteBackend:
             return {**encode_data_file(df, partition_type), "key": key}
 
         env.encode_file = encode_file
+        env.catalog_ops = False  # drop/rename/purge and friends run on the in-memory catalog only
+        env.table.uuid = str(table.metadata.table_uuid)
+        env.table.location = table.location()
         env.port_factory = lambda e: _ModelPort(self.catalog, name, e, live=True)
         self._name = name
 

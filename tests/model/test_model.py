@@ -22,12 +22,17 @@ from dataclasses import replace
 import pytest
 
 import pyspark_fenced_sink.protocol.commit as commit_module
+import pyspark_fenced_sink.protocol.fencing as fencing_module
 import pyspark_fenced_sink.protocol.reconcile as reconcile_module
+import pyspark_fenced_sink.protocol.view as view_module
 import pyspark_fenced_sink.protocol.wal as wal_module
 from pyspark_fenced_sink.errors import StoreError
+from pyspark_fenced_sink.protocol.layout import seq_of
 from pyspark_fenced_sink.protocol.reconcile import Outcome, Position
+from pyspark_fenced_sink.store.base import Claim
 from pyspark_fenced_sink.store.memory import MemoryStore
 
+from . import harness as harness_module
 from .harness import run_schedule
 from .sqlite_backend import SqliteBackend
 
@@ -60,7 +65,6 @@ def test_random_schedules_keep_every_invariant() -> None:
     assert not failures, f"invariant violations (seed, first violations): {failures}"
     if len(_seeds()) >= 1000:
         for case in (
-            "truncated position reused",
             "outcome:FENCED",
             "outcome:DUPLICATE",
             "outcome:GAP",
@@ -73,6 +77,13 @@ def test_random_schedules_keep_every_invariant() -> None:
             "ambiguous puts injected",
             "unknown commits injected",
             "overwrites applied",
+            "outcome:SPEC_CHANGED",
+            "outcome:SKIPPED",
+            "tables re-created",
+            "table changed under a write",
+            "state refused (lost/edited)",
+            "damaged objects skipped",
+            "fenced batch retried and applied",
         ):
             assert stats[case] > 0, f"no schedule reached {case!r}: the model lost coverage"
 
@@ -94,14 +105,9 @@ def _decide_turning(outcome: Outcome) -> Callable[..., object]:
     """A reconciliation that applies entries it should have classified as ``outcome``."""
     original = reconcile_module._decide
 
-    def decide(seq, entry, writers, expired_before):  # type: ignore[no-untyped-def]
-        result, detail, expired = original(seq, entry, writers, expired_before)
-        if result is not outcome:
-            return result, detail, expired
-        current = writers.get(entry.writer)
-        if current is not None and entry.batch is not None:
-            writers[entry.writer] = replace(current, last_batch=max(entry.batch, current.last_batch or 0))
-        return Outcome.APPLIED, "", expired
+    def decide(*args: object) -> tuple[Outcome, str]:
+        result, detail = original(*args)  # type: ignore[arg-type]
+        return (Outcome.APPLIED, "") if result is outcome else (result, detail)
 
     return decide
 
@@ -122,10 +128,54 @@ def _no_token_check(store, key, data, token, token_of, *, attempts=5, sleep=None
     """Treat every "already exists" as a peer's, without reading the owner token."""
     for _ in range(attempts):
         try:
-            return store.put_if_absent(key, data)
+            return Claim.OURS if store.put_if_absent(key, data) else Claim.THEIRS
         except StoreError:
             continue
     raise StoreError("not confirmed")
+
+
+def _root_of_location(location: str, table_uuid: str) -> str:
+    """Control data bound to the table's location instead of its UUID (issue: drop + re-create)."""
+    return f"{location.rstrip('/')}/_fencedlake"
+
+
+def _bind_lost_state_as_fresh(view, name):  # type: ignore[no-untyped-def]
+    """A table without its state property read as fresh although its snapshots carry commit records."""
+    return view_module.bind(replace(view, recorded_upper=None) if view.fresh else view, name)
+
+
+def _truncate_to_the_upper(self, upper):  # type: ignore[no-untyped-def]
+    """WAL truncation that also deletes the object at upper - 1."""
+    doomed = [k for k in self.store.list("wal/") if (s := seq_of(k)) is not None and s < upper]
+    for key in doomed:
+        self.store.delete(key)
+    return len(doomed)
+
+
+def _trusting_put_barrier(ctx, entry, start):  # type: ignore[no-untyped-def]
+    """A barrier that trusts the position its put landed in (it may have been truncated meanwhile)."""
+    return ctx.wal.append(entry, start)
+
+
+def _no_run_registry(self, writer_id, run):  # type: ignore[no-untyped-def]
+    """Forget that a run registered before: a fenced zombie run registers again and fences the newer run."""
+    return None
+
+
+def _judge_batch_by_the_highest(entry, current):  # type: ignore[no-untyped-def]
+    """Batch ids judged against the highest applied id (Delta's txnVersion rule): lower ids are duplicates."""
+    last = current.batches.last
+    if last is not None and entry.batch is not None and entry.batch <= last:
+        return Outcome.DUPLICATE, "at or below the last applied batch"
+    return None
+
+
+@contextlib.contextmanager
+def _both(*patches: contextlib.AbstractContextManager[None]) -> Iterator[None]:
+    with contextlib.ExitStack() as stack:
+        for patch in patches:
+            stack.enter_context(patch)
+        yield
 
 
 MUTANTS = {
@@ -137,7 +187,32 @@ MUTANTS = {
     ),
     "no fencing (zombie entries applied)": (_patched(reconcile_module, "_decide", _decide_turning(Outcome.FENCED)), {}),
     "plain PUT instead of put-if-absent": (_patched(MemoryStore, "put_if_absent", _plain_put), {}),
-    "retried put guesses instead of reading the token": (_patched(wal_module, "create_resolved", _no_token_check), {}),
+    "retried put guesses instead of reading the token": (_patched(wal_module, "claim_key", _no_token_check), {}),
+    "control data bound to the location, not the table UUID": (
+        _patched(view_module, "control_root", _root_of_location),
+        {},
+    ),
+    "a lost state property is read as fresh": (
+        _both(
+            _patched(commit_module, "bind", _bind_lost_state_as_fresh),
+            _patched(harness_module, "bind", _bind_lost_state_as_fresh),
+        ),
+        {},
+    ),
+    "a decision on catalog facts is reported without a commit": (
+        _patched(reconcile_module.Outcome, "external", property(lambda self: False)),
+        {},
+    ),
+    "truncation deletes the object at upper - 1": (_patched(wal_module.Wal, "truncate", _truncate_to_the_upper), {}),
+    "a barrier trusts the position its put landed in": (
+        _patched(fencing_module, "put_barrier", _trusting_put_barrier),
+        {},
+    ),
+    "a fenced streaming run may register again": (_patched(wal_module.Wal, "run_epoch", _no_run_registry), {}),
+    "batch ids judged by the highest applied id": (
+        _patched(reconcile_module, "_judge_batch", _judge_batch_by_the_highest),
+        {},
+    ),
 }
 
 

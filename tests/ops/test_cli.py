@@ -15,7 +15,9 @@ from pyspark_fenced_sink import failpoints
 from pyspark_fenced_sink.iceberg.catalogs import embedded_catalog, open_table
 from pyspark_fenced_sink.ops.cli import main
 from pyspark_fenced_sink.options import catalog_config
+from pyspark_fenced_sink.protocol.layout import control_root, wal_key
 from pyspark_fenced_sink.protocol.outcome import data_entry
+from pyspark_fenced_sink.protocol.state import STATE_PROPERTY, CommittedState
 from pyspark_fenced_sink.testing.harness import plan, rows, sink_write, table_ids, write_tasks
 
 TABLE = "db.ops"
@@ -54,7 +56,7 @@ def test_status_reports_upper_writers_pending_and_commits(wh: str, capsys: pytes
     code, body, _ = _run(capsys, "status", TABLE, "--warehouse", wh, "--json")
     assert code == 0
     assert body["committed_upper"] == 3  # anon write, etl's open barrier, etl's batch 4
-    assert [(w["writer"], w["epoch"], w["last_batch"]) for w in body["writers"]] == [("etl", 1, 4)]
+    assert [(w["writer"], w["epoch"], w["batches"]) for w in body["writers"]] == [("etl", 1, "4")]
     assert [(e["seq"], e["position"], e["outcome"]) for e in body["pending_entries"]] == [
         (3, "at", "next commit: APPLIED")
     ]
@@ -67,7 +69,7 @@ def test_status_text_output_is_a_readable_table(wh: str, capsys: pytest.CaptureF
     assert code == 0
     assert "committed_upper: 3" in out
     lines = out.splitlines()
-    assert lines[lines.index("writers:") + 1].split() == ["writer", "epoch", "last_batch", "run", "query"]
+    assert lines[lines.index("writers:") + 1].split() == ["writer", "epoch", "batches", "run", "query"]
     assert lines[lines.index("writers:") + 2].split()[:3] == ["etl", "1", "4"]
 
 
@@ -114,13 +116,13 @@ def test_gc_removes_only_provably_orphaned_files(wh: str, capsys: pytest.Capture
     # It opened at upper 3; only a commit after that proves (with grace 0) it is no longer in flight.
     sink_write(wh, TABLE, rows("later", 20, 1))
     live_before = _data_files(wh)
-    orphan = {f for f in live_before if Path(f).name.startswith("a-") and f not in _referenced(wh)}
+    orphan = {f for f in live_before if Path(f).name.startswith("e-") and f not in _referenced(wh)}
     assert len(orphan) == 1
     code, body, _ = _run(capsys, "gc", TABLE, "--warehouse", wh, "--json", "--grace", "0s", "--dry-run")
     assert code == 0 and {o["path"] for o in body["orphans"]} == orphan and _data_files(wh) == live_before
     code, body, _ = _run(capsys, "gc", TABLE, "--warehouse", wh, "--json", "--grace", "0s")
     assert code == 0 and {o["path"] for o in body["orphans"]} == orphan
-    assert body["wal_truncated"] == 5  # 4 positions + the expire barrier
+    assert body["wal_truncated"] == 4  # 4 positions + the expire barrier, minus the one below the upper
     assert _data_files(wh) == live_before - orphan
     assert table_ids(wh, TABLE) == list(range(21))
     sink_write(wh, TABLE, rows("after", 300, 2))  # the table still takes writes after truncation
@@ -169,15 +171,90 @@ def test_errors_are_clear_and_exit_2(
     assert message in err
 
 
-def test_corrupt_wal_entry_names_the_object(wh: str, capsys: pytest.CaptureFixture[str]) -> None:
+def _wal_object(wh: str, seq: int) -> Path:
     table = embedded_catalog(wh).load_table(TABLE)
-    bad = Path(table.location().removeprefix("file://")) / "_fencedlake" / "wal" / f"{3:020d}.json"
+    root = control_root(table.location(), str(table.metadata.table_uuid)).removeprefix("file://")
+    return Path(root) / wal_key(seq)
+
+
+def test_corrupt_wal_entry_names_the_object(wh: str, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = _wal_object(wh, 3)
     bad.write_text("{not json")
     code, _, err = _run(capsys, "status", TABLE, "--warehouse", wh)
-    assert code == 2 and f"{3:020d}.json" in err
+    assert code == 2 and f"{3:020d}.json" in err and "fencedlake skip TABLE 3" in err
 
 
-@pytest.mark.parametrize("command", ["status", "wal", "recover", "gc", "fence"])
+def test_a_damaged_entry_is_moved_aside_and_skipped_then_the_table_moves_on(
+    wh: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Damaged position 3 blocks position 4; recover says so (exit 3) until the operator skips 3; then 4 lands."""
+    _pending_entry(wh, 100, 3)  # seq 3
+    _pending_entry(wh, 200, 2)  # seq 4
+    bad = _wal_object(wh, 3)
+    bad.write_text("{not json")
+    code, _, err = _run(capsys, "recover", TABLE, "--warehouse", wh)
+    assert code == 2 and "skip TABLE 3" in err
+    bad.rename(bad.with_name("damaged-3.json.aside"))
+    code, body, err = _run(capsys, "recover", TABLE, "--warehouse", wh, "--json")
+    assert code == 3 and "wait behind WAL position 3" in err
+    code, body, _ = _run(capsys, "skip", TABLE, "4", "--warehouse", wh, "--reason", "x", "--json")
+    assert code == 2  # position 4 holds an object: only a missing position can be skipped
+    code, body, _ = _run(capsys, "skip", TABLE, "3", "--warehouse", wh, "--reason", "disk fault", "--json")
+    assert code == 0 and body["commits"] == [{"seqs": "3-4", "outcomes": "KA"}] and body["waiting"] == 0
+    assert table_ids(wh, TABLE) == [*range(20), 200, 201]
+    code, body, _ = _run(capsys, "wal", TABLE, "--warehouse", wh, "--json", "--from", "3")
+    assert [(e["seq"], e["kind"], e["outcome"]) for e in body["entries"]] == [
+        (3, "skip", "SKIPPED"),
+        (4, "data", "APPLIED"),
+    ]
+    code, _, err = _run(capsys, "skip", TABLE, "3", "--warehouse", wh, "--reason", "again")
+    assert code == 2 and "below the committed upper" in err
+
+
+def test_repair_state_rebuilds_a_removed_state_property(wh: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """gc checkpoints, then another tool drops the property: writes refuse until repair-state rebuilds it."""
+    from pyspark_fenced_sink.errors import TableStateError
+
+    sink_write(wh, TABLE, rows("c", 20, 5), writer_id="etl", writer_batch_id=6)
+    assert _run(capsys, "gc", TABLE, "--warehouse", wh, "--json", "--grace", "0s")[0] == 0
+    sink_write(wh, TABLE, rows("d", 25, 5), writer_id="etl", writer_batch_id=7)
+    table = embedded_catalog(wh).load_table(TABLE)
+    before = CommittedState.decode(table.properties[STATE_PROPERTY])
+    with table.transaction() as tx:
+        tx.remove_properties(STATE_PROPERTY)
+    with pytest.raises(TableStateError, match=f"fencedlake repair-state {TABLE}"):
+        sink_write(wh, TABLE, rows("e", 30, 5))
+    code, body, _ = _run(capsys, "repair-state", TABLE, "--warehouse", wh, "--json", "--dry-run")
+    assert code == 0 and body["committed_upper"] == before.upper and body["from_checkpoint"] is not None
+    assert STATE_PROPERTY not in embedded_catalog(wh).load_table(TABLE).properties
+    code, body, _ = _run(capsys, "repair-state", TABLE, "--warehouse", wh, "--json")
+    assert code == 0
+    after = CommittedState.decode(embedded_catalog(wh).load_table(TABLE).properties[STATE_PROPERTY])
+    assert after == before
+    assert sink_write(wh, TABLE, rows("d", 25, 5), writer_id="etl", writer_batch_id=7).outcome.name == "DUPLICATE"
+    assert table_ids(wh, TABLE) == list(range(30))
+
+
+def test_gc_keeps_snapshots_that_tags_and_branches_protect(wh: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """Expiring old snapshots skips those a tag or a branch points at (and their files stay referenced)."""
+    for i in range(3):
+        sink_write(wh, TABLE, rows("t", 100 + i, 1))
+    table = embedded_catalog(wh).load_table(TABLE)
+    snapshots = sorted(table.metadata.snapshots, key=lambda s: s.timestamp_ms)
+    tagged, branched = snapshots[0].snapshot_id, snapshots[1].snapshot_id
+    table.manage_snapshots().create_tag(tagged, "audit-2026").create_branch(branched, "backfill").commit()
+    code, body, err = _run(
+        capsys, "gc", TABLE, "--warehouse", wh, "--json", "--expire-snapshots-older-than", "0s", "--retain-last", "1"
+    )
+    assert code == 0, err
+    expired = {s["snapshot_id"] for s in body["snapshots_expired"]}
+    assert expired and not expired & {tagged, branched}
+    kept = {s.snapshot_id for s in embedded_catalog(wh).load_table(TABLE).metadata.snapshots}
+    assert {tagged, branched} <= kept
+    assert table_ids(wh, TABLE) == [*range(20), 100, 101, 102]
+
+
+@pytest.mark.parametrize("command", ["status", "wal", "recover", "gc", "fence", "skip", "repair-state"])
 def test_help_says_what_each_command_does(command: str) -> None:
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
     out = subprocess.run(
@@ -194,5 +271,7 @@ def test_help_says_what_each_command_does(command: str) -> None:
         "recover": "pending WAL entry",
         "gc": "orphan",
         "fence": "fence barrier",
+        "skip": "it never overwrites an entry",
+        "repair-state": "newest checkpoint gc kept",
     }
     assert words[command] in " ".join(out.split())

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from pyspark_fenced_sink.errors import FencedWriterError, InvalidOptionsError
+from pyspark_fenced_sink.protocol.batches import BatchIds
 from pyspark_fenced_sink.protocol.commit import CommitContext, commit_entry
 from pyspark_fenced_sink.protocol.fencing import WriterIdentity, fence_writer, open_writer, stream_epoch
 from pyspark_fenced_sink.protocol.layout import wal_key
@@ -76,10 +77,11 @@ def world() -> World:
 def test_opening_with_writer_id_puts_one_fence_barrier_claiming_the_epoch(world: World) -> None:
     """open_writer with writer.id: one conditional PUT of a fence barrier; its seq is the new epoch."""
     ident = open_writer(world.ctx(), "orders", run="run-a")
-    assert ident == WriterIdentity("orders", False, 0, 0, "run-a")
+    assert ident == WriterIdentity("orders", False, 0, 0, "run-a", ident.barrier_token)
     assert world.wal() == {0: ("fence", "orders", None)}
     barrier = decode_entry(world.store.inner.objects[wal_key(0)])  # type: ignore[attr-defined]
-    assert (barrier.kind, barrier.run, barrier.claims) == (EntryKind.FENCE, "run-a", True)
+    assert (barrier.kind, barrier.run, barrier.epoch) == (EntryKind.FENCE, "run-a", None)
+    assert ident.barrier_token == barrier.token
     assert world.store.counts["PUT_IF_ABSENT"] == 1
     assert world.table.version == 0  # opening commits nothing to the catalog
 
@@ -100,10 +102,10 @@ def test_open_after_commits_claims_above_the_committed_upper(world: World) -> No
 
 
 def test_opening_without_writer_id_is_anonymous_and_writes_nothing(world: World) -> None:
-    """No writer.id: an anonymous, ephemeral identity with no epoch and no request to the store."""
+    """No writer.id: an anonymous, ephemeral identity with no epoch and nothing written to the store."""
     ident = open_writer(world.ctx(), None, run="0123456789abcdef0123")
     assert ident == WriterIdentity("anon-0123456789abcdef", True, None, 0, "0123456789abcdef0123")
-    assert world.store.counts == {}
+    assert world.store.counts["PUT_IF_ABSENT"] == 0
 
 
 @pytest.mark.parametrize("bad", ["../x", "a/b", "", ".x"])
@@ -180,74 +182,94 @@ def test_operator_fence_commits_a_barrier(world: World) -> None:
 # ---------------------------------------------------------------------------------------------- streaming runs
 
 
-def test_stream_epoch_new_run_registers_and_claims(world: World) -> None:
-    """A run the table has not seen registers with put-if-absent and claims with its next entry (None)."""
-    assert stream_epoch(world.ctx(), CommittedState(), "s", "run-1") is None
+def test_stream_epoch_new_run_registers_with_a_barrier_then_the_registry(world: World) -> None:
+    """A run the table has not seen puts a fence barrier (its epoch) and records it in the run registry."""
+    assert stream_epoch(world.ctx(), CommittedState(), "s", "run-1", "q") == 0
+    assert world.wal() == {0: ("fence", "s", None)}
+    barrier = decode_entry(world.store.inner.objects[wal_key(0)])  # type: ignore[attr-defined]
+    assert (barrier.run, barrier.query, barrier.strict) == ("run-1", "q", True)
     registration = json.loads(world.store.inner.objects["runs/s/run-1.json"])  # type: ignore[attr-defined]
-    assert (registration["writer"], registration["run"], len(registration["token"])) == ("s", "run-1", 32)
+    assert (registration["writer"], registration["run"], registration["epoch"]) == ("s", "run-1", 0)
 
 
 def test_stream_epoch_same_run_uses_its_epoch_without_requests(world: World) -> None:
     """The committed state says this run is current: use its epoch; no store request at all."""
-    state = CommittedState(upper=10, writers={"s": WriterState(epoch=4, run="run-1", query="q", last_batch=3)})
-    assert stream_epoch(world.ctx(), state, "s", "run-1") == 4
-    assert world.store.counts == {}
+    state = CommittedState(upper=10, writers={"s": WriterState(epoch=4, run="run-1", query="q")})
+    assert stream_epoch(world.ctx(), state, "s", "run-1", "q") == 4
+    assert world.store.counts["PUT_IF_ABSENT"] == world.store.counts["GET"] == 0
 
 
-def test_stream_epoch_new_run_claims_over_a_current_one(world: World) -> None:
-    """A new run while another run is current claims too: its claim fences the older run."""
-    state = CommittedState(writers={"s": WriterState(epoch=4, run="run-1")})
-    assert stream_epoch(world.ctx(), state, "s", "run-2") is None
+def test_stream_epoch_new_run_registers_over_a_current_one(world: World) -> None:
+    """A new run while another run is current registers a newer barrier: it fences the older run."""
+    state = CommittedState(upper=3, writers={"s": WriterState(epoch=1, run="run-1")})
+    assert stream_epoch(world.ctx(), state, "s", "run-2", "q") == 3
 
 
 def test_stream_epoch_fenced_run_raises_naming_the_newer_epoch(world: World) -> None:
-    """A run that registered before and is no longer current was fenced: FencedWriterError, not a new claim."""
-    assert stream_epoch(world.ctx(), CommittedState(), "s", "run-1") is None
+    """A run that registered before and is older than the current epoch was fenced: it never registers again."""
+    assert stream_epoch(world.ctx(), CommittedState(), "s", "run-1", "q") == 0
     later = CommittedState(upper=12, writers={"s": WriterState(epoch=9, run="run-2", query="q")})
     with pytest.raises(FencedWriterError) as err:
-        stream_epoch(world.ctx(), later, "s", "run-1")
+        stream_epoch(world.ctx(), later, "s", "run-1", "q")
     assert str(err.value) == (
-        "writer 's' run run-1 was fenced by epoch 9 (run run-2) at WAL seq 9; stop this incarnation"
+        "writer 's' run run-1 (epoch 0) was fenced by epoch 9 (run run-2) at WAL seq 9; stop this incarnation"
     )
+    assert sorted(world.wal()) == [0]  # no second barrier
 
 
-def test_stream_epoch_registered_run_without_a_committed_claim_claims_again(world: World) -> None:
-    """Registered, but its claim never reached the table and no run is current: claim again."""
-    assert stream_epoch(world.ctx(), CommittedState(), "s", "run-1") is None
-    assert stream_epoch(world.ctx(), CommittedState(), "s", "run-1") is None
-    assert sorted(k for k in world.store.inner.objects if k.startswith("runs/")) == ["runs/s/run-1.json"]  # type: ignore[attr-defined]
+def test_stream_epoch_registered_run_whose_barrier_is_pending_keeps_its_epoch(world: World) -> None:
+    """Registered, barrier not committed yet (the first commit's outcome was unknown): the same epoch, no new put."""
+    assert stream_epoch(world.ctx(), CommittedState(), "s", "run-1", "q") == 0
+    puts = world.store.counts["PUT_IF_ABSENT"]
+    assert stream_epoch(world.ctx(), CommittedState(), "s", "run-1", "q") == 0
+    assert world.store.counts["PUT_IF_ABSENT"] == puts
 
 
 def test_stream_run_ids_that_are_not_key_safe_are_hashed(world: World) -> None:
     """A run id with other characters is registered under a stable uuid5 name, so a second call finds it."""
     run = "spark/run:1"
-    stream_epoch(world.ctx(), CommittedState(), "s", run)
+    stream_epoch(world.ctx(), CommittedState(), "s", run, "q")
     key = f"runs/s/{uuid.uuid5(uuid.NAMESPACE_URL, run).hex}.json"
     assert sorted(k for k in world.store.inner.objects if k.startswith("runs/")) == [key]  # type: ignore[attr-defined]
     with pytest.raises(FencedWriterError):
-        stream_epoch(world.ctx(), CommittedState(writers={"s": WriterState(epoch=3, run="other")}), "s", run)
+        stream_epoch(world.ctx(), CommittedState(writers={"s": WriterState(epoch=3, run="other")}), "s", run, "q")
 
 
 def _stream_batch(world: World, run: str, batch: int) -> Outcome:
     ctx = world.ctx()
-    view = ctx.port.load()
-    epoch = stream_epoch(ctx, view.state, "s", run)
+    view = ctx.load()
+    epoch = stream_epoch(ctx, view.state, "s", run, "q")
     ident = WriterIdentity("s", False, epoch, view.state.upper, run)
     entry = data_entry(ident, _files(f"{run}-b{batch}"), batch=batch, query="q", strict=True)
     return finish_write(ctx, entry, world.remove, view=view).outcome
 
 
 def test_streaming_restart_fences_the_old_run(world: World) -> None:
-    """Run 1 commits batches 0-1; run 2 replays batch 1 (duplicate, but its claim lands); run 1 is then fenced."""
+    """Run 1 commits batches 0-1; run 2 registers and replays batch 1 (duplicate); run 1 is then fenced."""
     assert [_stream_batch(world, "run-1", b) for b in (0, 1)] == [Outcome.APPLIED, Outcome.APPLIED]
-    assert world.table.state.writers["s"] == WriterState(0, "run-1", "q", 1)
+    assert world.table.state.writers["s"] == WriterState(0, "run-1", "q", BatchIds(((0, 1),)))
     assert _stream_batch(world, "run-2", 1) is Outcome.DUPLICATE
-    assert world.table.state.writers["s"] == WriterState(2, "run-2", "q", 1)
-    with pytest.raises(FencedWriterError, match="run run-1 was fenced by epoch 2 \\(run run-2\\)"):
+    # Run 2's replayed batch was a duplicate decided without a commit, so run 1 still looks current: its next
+    # entry lands after run 2's barrier and reconciliation fences it.
+    with pytest.raises(FencedWriterError, match=r"writer 's' epoch 0 was fenced by epoch 3 at WAL seq 5"):
         _stream_batch(world, "run-1", 2)
     assert _stream_batch(world, "run-2", 2) is Outcome.APPLIED
+    assert world.table.state.writers["s"] == WriterState(3, "run-2", "q", BatchIds(((0, 2),)))
     assert world.live_paths() == ["data/run-1-b0-0.parquet", "data/run-1-b1-0.parquet", "data/run-2-b2-0.parquet"]
-    assert world.removed == ["data/run-2-b1-0.parquet"]
+    assert world.removed == ["data/run-2-b1-0.parquet", "data/run-1-b2-0.parquet"]
+
+
+def test_a_zombie_run_registering_late_never_fences_the_newer_run(world: World) -> None:
+    """Run 0 registered first; run 1 registered later. Run 0's late entries are fenced; run 1 is never fenced."""
+    ctx0 = world.ctx()
+    view0 = ctx0.load()
+    epoch0 = stream_epoch(ctx0, view0.state, "s", "run-0", "q")  # registered, then delayed
+    assert _stream_batch(world, "run-1", 0) is Outcome.APPLIED
+    late = data_entry(WriterIdentity("s", False, epoch0, 0, "run-0"), _files("late"), batch=1, query="q", strict=True)
+    with pytest.raises(FencedWriterError):
+        finish_write(ctx0, late, world.remove, view=view0)
+    assert _stream_batch(world, "run-1", 1) is Outcome.APPLIED
+    assert world.table.state.writers["s"].run == "run-1"
 
 
 # ---------------------------------------------------------------------------------------------- real catalog
@@ -273,3 +295,35 @@ def test_zombie_batch_job_is_fenced_on_a_real_iceberg_table(tmp_path: Path) -> N
     assert [p for p in zombie_files if p.exists()] == []
     commit_files(newer_plan, write_tasks(newer_plan, rows("newer", 100, 10)))
     assert table_ids(wh, "db.events") == list(range(100, 110))
+
+
+def test_a_barrier_put_into_a_truncated_position_is_put_again(world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A writer that listed before positions 0-4 were reconciled and truncated puts its barrier at a freed
+    position; the barrier is never reconciled there, so open_writer appends it again and takes that epoch."""
+    late = world.ctx()
+    stale_view = late.load()  # upper 0: read before anything was written
+    ctx = world.ctx()
+    for name in "abcde":
+        finish_write(ctx, data_entry(open_writer(ctx, None), _files(name)), world.remove)
+    assert ctx.wal.truncate(world.table.state.upper) == 4  # positions 0-3 gone, 4 kept
+    stale_scans: list[list[int]] = [[]]  # and its LIST happened then too: it puts at position 0, freed by truncation
+    real_scan = Wal.scan
+    monkeypatch.setattr(Wal, "scan", lambda self, start: stale_scans.pop() if stale_scans else real_scan(self, start))
+    ident = open_writer(late, "orders", run="late", view=stale_view)
+    assert ident.epoch == 5
+    result = finish_write(world.ctx(), data_entry(ident, _files("late")), world.remove)
+    assert result.outcome is Outcome.APPLIED
+    assert world.table.state.writers["orders"].epoch == 5
+
+
+def test_operator_fence_behind_a_missing_position_reports_not_done(world: World) -> None:
+    """A fence whose barrier waits behind a lost position is not committed: fence_writer says so (not success)."""
+    from pyspark_fenced_sink.errors import CommitOutcomeUnknownError
+
+    ctx = world.ctx()
+    ctx.wal.append(data_entry(open_writer(ctx, None), _files("a")), start=0)
+    ctx.wal.append(data_entry(open_writer(ctx, None), _files("b")), start=0)
+    world.store.inner.objects.pop(wal_key(0))  # type: ignore[attr-defined]  # lost
+    with pytest.raises(CommitOutcomeUnknownError, match="NOT fenced yet"):
+        fence_writer(ctx, "orders")
+    assert world.table.state.upper == 0

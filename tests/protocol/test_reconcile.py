@@ -6,11 +6,20 @@ from typing import Any
 
 import pytest
 
-from pyspark_fenced_sink.protocol.reconcile import Outcome, Position, ReconcilePlan, _decide, position, reconcile
+from pyspark_fenced_sink.protocol.batches import BatchIds
+from pyspark_fenced_sink.protocol.reconcile import (
+    Outcome,
+    Position,
+    ReconcilePlan,
+    _decide,
+    position,
+    reconcile,
+    transition,
+)
 from pyspark_fenced_sink.protocol.state import CommittedState, WriterState
 from pyspark_fenced_sink.protocol.wal import EntryKind, WalEntry
 
-A, D, F, G, Q, X, S, B, M = (
+A, D, F, G, Q, X, S, B, M, K, L, STALE = (
     Outcome.APPLIED,
     Outcome.DUPLICATE,
     Outcome.FENCED,
@@ -20,7 +29,15 @@ A, D, F, G, Q, X, S, B, M = (
     Outcome.SPEC_CHANGED,
     Outcome.BARRIER,
     Outcome.MARK,
+    Outcome.SKIPPED,
+    Outcome.MISSING_FILES,
+    Outcome.STALE_BATCH,
 )
+
+
+def ids(*spans: tuple[int, int], floor: int = 0) -> BatchIds:
+    """Applied batch ids from closed intervals."""
+    return BatchIds(tuple(spans), floor)
 
 
 def data(
@@ -65,8 +82,14 @@ def anon(token: str, *, opened: int = 0, mode: str = "append", files: int = 1) -
     )
 
 
-def fence(token: str, writer: str = "w", *, run: str | None = None) -> WalEntry:
-    return WalEntry(kind=EntryKind.FENCE, token=token, writer=writer, run=run, created_ms=0)
+def fence(
+    token: str, writer: str = "w", *, run: str | None = None, query: str | None = None, strict: bool = False
+) -> WalEntry:
+    return WalEntry(kind=EntryKind.FENCE, token=token, writer=writer, run=run, query=query, strict=strict, created_ms=0)
+
+
+def skip(token: str, reason: str = "object lost") -> WalEntry:
+    return WalEntry(kind=EntryKind.SKIP, token=token, writer="operator", reason=reason, created_ms=0)
 
 
 def expire(token: str, before: int) -> WalEntry:
@@ -100,10 +123,14 @@ def test_outcome_codes_and_success() -> None:
         "QUERY_MISMATCH": "Q",
         "EXPIRED": "X",
         "SPEC_CHANGED": "S",
+        "MISSING_FILES": "L",
+        "STALE_BATCH": "O",
         "BARRIER": "B",
         "MARK": "M",
+        "SKIPPED": "K",
     }
-    assert {o for o in Outcome if o.succeeded} == {A, D, B, M}
+    assert {o for o in Outcome if o.succeeded} == {A, D, B, M, K}
+    assert {o for o in Outcome if o.external} == {S, L}
 
 
 # ---------------------------------------------------------------------------------------------- per-entry rules
@@ -113,12 +140,28 @@ W = WriterState
 RULES: list[Any] = [
     # id, writers before, expired_before, seq, entry, outcome, detail, writers after, expired_before after
     ("expire-raises-mark", {}, 3, 9, expire("e", 7), M, "anonymous writes opened before upper 7 expire", {}, 7),
-    ("expire-never-lowers-mark", {}, 9, 9, expire("e", 7), M, "anonymous writes opened before upper 9 expire", {}, 9),
+    ("expire-never-lowers-mark", {}, 9, 9, expire("e", 7), M, "anonymous writes opened before upper 7 expire", {}, 9),
+    ("skip-changes-nothing", {"w": W(2)}, 0, 9, skip("k"), K, "skipped by an operator: object lost", {"w": W(2)}, 0),
     ("fence-opens-epoch", {}, 0, 5, fence("f", run="r5"), B, "writer 'w' epoch 5 opened", {"w": W(5, "r5")}, 0),
     (
-        "fence-keeps-query-and-last-batch",
-        {"w": W(2, "r2", "q", 4)}, 0, 8, fence("f", run="r8"),
-        B, "writer 'w' epoch 8 opened", {"w": W(8, "r8", "q", 4)}, 0,
+        "fence-keeps-query-and-batch-ids",
+        {"w": W(2, "r2", "q", ids((0, 4)))}, 0, 8, fence("f", run="r8"),
+        B, "writer 'w' epoch 8 opened", {"w": W(8, "r8", "q", ids((0, 4)))}, 0,
+    ),
+    (
+        "registration-of-another-query-mismatch",
+        {"w": W(2, "r2", "q1", ids((0, 4)))}, 0, 9, fence("f", run="r9", query="q2", strict=True),
+        Q, "writer 'w' belongs to streaming query q1, not q2", {"w": W(2, "r2", "q1", ids((0, 4)))}, 0,
+    ),
+    (
+        "registration-of-the-same-query-opens-epoch",
+        {"w": W(2, "r2", "q1", ids((0, 4)))}, 0, 9, fence("f", run="r9", query="q1", strict=True),
+        B, "writer 'w' epoch 9 opened", {"w": W(9, "r9", "q1", ids((0, 4)))}, 0,
+    ),
+    (
+        "first-registration-records-the-query",
+        {}, 0, 3, fence("f", run="r3", query="q", strict=True),
+        B, "writer 'w' epoch 3 opened", {"w": W(3, "r3", "q")}, 0,
     ),
     (
         "anonymous-opened-before-mark-expired",
@@ -127,29 +170,9 @@ RULES: list[Any] = [
     ),
     ("anonymous-opened-at-mark-applied", {}, 5, 9, anon("a", opened=5), A, "", {}, 5),
     (
-        "claim-of-another-query-mismatch",
-        {"w": W(2, "r2", "q1", 4)}, 0, 9, data("d", strict=True, query="q2", batch=5, run="r9"),
-        Q, "writer 'w' belongs to streaming query q1, not q2", {"w": W(2, "r2", "q1", 4)}, 0,
-    ),
-    (
-        "claim-of-same-query-opens-epoch-and-applies",
-        {"w": W(2, "r2", "q1", 4)}, 0, 9, data("d", strict=True, query="q1", batch=5, run="r9"),
-        A, "", {"w": W(9, "r9", "q1", 5)}, 0,
-    ),
-    (
-        "non-strict-claim-ignores-query",
-        {"w": W(2, None, "q1", 4)}, 0, 9, data("d", query="q2", batch=7, run="r9"),
-        A, "", {"w": W(9, "r9", "q2", 7)}, 0,
-    ),
-    (
-        "first-claim-of-a-writer",
-        {}, 0, 3, data("d", strict=True, query="q", batch=0, run="r3"),
-        A, "", {"w": W(3, "r3", "q", 0)}, 0,
-    ),
-    (
-        "replayed-batch-claim-is-duplicate-but-opens-epoch",
-        {"w": W(2, "r2", "q1", 4)}, 0, 9, data("d", strict=True, query="q1", batch=4, run="r9"),
-        D, "batch 4 of writer 'w' is at or below its last applied batch 4", {"w": W(9, "r9", "q1", 4)}, 0,
+        "strict-entry-of-another-query-mismatch",
+        {"w": W(2, "r2", "q1", ids((0, 4)))}, 0, 9, data("d", epoch=2, strict=True, query="q2", batch=5),
+        Q, "writer 'w' belongs to streaming query q1, not q2", {"w": W(2, "r2", "q1", ids((0, 4)))}, 0,
     ),
     ("live-epoch-applied", {"w": W(4)}, 0, 9, data("d", epoch=4), A, "", {"w": W(4)}, 0),
     (
@@ -168,39 +191,61 @@ RULES: list[Any] = [
         F, "writer 'w' epoch 2 was fenced by no open epoch at WAL seq 9", {}, 0,
     ),
     (
-        "batch-below-last-duplicate",
-        {"w": W(4, last_batch=10)}, 0, 9, data("d", epoch=4, batch=3),
-        D, "batch 3 of writer 'w' is at or below its last applied batch 10", {"w": W(4, last_batch=10)}, 0,
+        "entry-without-epoch-fenced",
+        {"w": W(5)}, 0, 9, data("d", batch=1),
+        F, "writer 'w' epoch None was fenced by epoch 5 at WAL seq 9", {"w": W(5)}, 0,
     ),
     (
-        "batch-at-last-duplicate",
-        {"w": W(4, last_batch=10)}, 0, 9, data("d", epoch=4, batch=10, strict=True),
-        D, "batch 10 of writer 'w' is at or below its last applied batch 10", {"w": W(4, last_batch=10)}, 0,
+        "applied-batch-id-duplicate",
+        {"w": W(4, batches=ids((0, 10)))}, 0, 9, data("d", epoch=4, batch=3),
+        D, "batch 3 of writer 'w' was applied before (0-10)", {"w": W(4, batches=ids((0, 10)))}, 0,
+    ),
+    (
+        "never-applied-lower-batch-id-is-applied-not-duplicate",
+        {"w": W(4, batches=ids((0, 4), (6, 10)))}, 0, 9, data("d", epoch=4, batch=5),
+        A, "", {"w": W(4, batches=ids((0, 10)))}, 0,
+    ),
+    (
+        "batch-id-below-the-floor-is-stale",
+        {"w": W(4, batches=ids((20, 30), floor=20))}, 0, 9, data("d", epoch=4, batch=7),
+        STALE, "batch 7 of writer 'w' is older than the oldest batch id still tracked (20): whether it landed cannot "
+        "be told", {"w": W(4, batches=ids((20, 30), floor=20))}, 0,
+    ),
+    (
+        "strict-applied-batch-duplicate",
+        {"w": W(4, batches=ids((0, 10)))}, 0, 9, data("d", epoch=4, batch=10, strict=True),
+        D, "batch 10 of writer 'w' was applied before (0-10)", {"w": W(4, batches=ids((0, 10)))}, 0,
     ),
     (
         "strict-batch-skipping-is-gap",
-        {"w": W(4, last_batch=10)}, 0, 9, data("d", epoch=4, batch=12, strict=True),
-        G, "batch 12 of writer 'w' skips batches after 10", {"w": W(4, last_batch=10)}, 0,
+        {"w": W(4, batches=ids((0, 10)))}, 0, 9, data("d", epoch=4, batch=12, strict=True),
+        G, "batch 12 of writer 'w' skips batches after its last applied batch 10", {"w": W(4, batches=ids((0, 10)))}, 0,
+    ),
+    (
+        "strict-batch-below-last-never-applied-is-gap",
+        {"w": W(4, batches=ids((0, 4), (6, 10)))}, 0, 9, data("d", epoch=4, batch=5, strict=True),
+        G, "batch 5 of writer 'w' is out of order below its last applied batch 10",
+        {"w": W(4, batches=ids((0, 4), (6, 10)))}, 0,
     ),
     (
         "non-strict-batch-may-skip",
-        {"w": W(4, last_batch=10)}, 0, 9, data("d", epoch=4, batch=12),
-        A, "", {"w": W(4, last_batch=12)}, 0,
+        {"w": W(4, batches=ids((0, 10)))}, 0, 9, data("d", epoch=4, batch=12),
+        A, "", {"w": W(4, batches=ids((0, 10), (12, 12)))}, 0,
     ),
     (
         "strict-next-batch-applied",
-        {"w": W(4, last_batch=10)}, 0, 9, data("d", epoch=4, batch=11, strict=True),
-        A, "", {"w": W(4, last_batch=11)}, 0,
+        {"w": W(4, batches=ids((0, 10)))}, 0, 9, data("d", epoch=4, batch=11, strict=True),
+        A, "", {"w": W(4, batches=ids((0, 11)))}, 0,
     ),
     (
         "first-batch-applied",
         {"w": W(4)}, 0, 9, data("d", epoch=4, batch=7, strict=True),
-        A, "", {"w": W(4, None, None, 7)}, 0,
+        A, "", {"w": W(4, batches=ids((7, 7)))}, 0,
     ),
     (
-        "no-batch-keeps-last-batch",
-        {"w": W(4, last_batch=3)}, 0, 9, data("d", epoch=4),
-        A, "", {"w": W(4, last_batch=3)}, 0,
+        "no-batch-keeps-batch-ids",
+        {"w": W(4, batches=ids((0, 3)))}, 0, 9, data("d", epoch=4),
+        A, "", {"w": W(4, batches=ids((0, 3)))}, 0,
     ),
 ]
 # fmt: on
@@ -222,8 +267,19 @@ def test_decide_rule_table(
 ) -> None:
     """Each row of PROTOCOL.md §5's per-entry table: outcome, message and state change."""
     state = dict(writers)
-    assert _decide(seq, entry, state, expired) == (outcome, detail, expired_after)
+    assert _decide(seq, entry, state, expired, None, ()) == (outcome, detail)
+    assert state == writers  # deciding changes nothing
+    assert transition(state, expired, seq, entry, outcome) == expired_after
     assert state == writers_after
+
+
+def test_old_entries_with_missing_files_are_rejected_not_applied() -> None:
+    """A position listed as having missing files is MISSING_FILES and adds nothing; its batch id stays unused."""
+    state = CommittedState(writers={"w": W(0)})
+    entries = {0: data("gone", epoch=0, batch=3), 1: data("here", epoch=0, batch=4)}
+    plan = reconcile(state, entries, missing={0})
+    assert shape(plan) == ([(0, "L"), (1, "A")], (1,), False, "tail", 2)
+    assert plan.state.writers["w"].batches == ids((4, 4))
 
 
 # ---------------------------------------------------------------------------------------------- positions
@@ -313,14 +369,14 @@ def test_two_overwrites_go_to_two_commits() -> None:
 
 def test_an_overwrite_after_only_non_applied_entries_leads_the_plan() -> None:
     """Barriers and rejected entries before an overwrite do not split the plan."""
-    state = CommittedState(writers={"w": W(0, last_batch=5)})
+    state = CommittedState(writers={"w": W(0, batches=ids((0, 5)))})
     entries = {0: fence("f", writer="v"), 1: data("dup", epoch=0, batch=5), 2: anon("o", mode="overwrite")}
     assert shape(reconcile(state, entries)) == ([(0, "B"), (1, "D"), (2, "A")], (2,), True, "tail", 3)
 
 
 def test_a_rejected_overwrite_does_not_stop_the_group() -> None:
     """Only an overwrite that would apply splits the plan; a duplicate overwrite is decided in line."""
-    state = CommittedState(writers={"w": W(0, last_batch=5)})
+    state = CommittedState(writers={"w": W(0, batches=ids((0, 5)))})
     entries = {0: anon("a"), 1: data("dup", epoch=0, batch=5, mode="overwrite"), 2: anon("c")}
     assert shape(reconcile(state, entries)) == ([(0, "A"), (1, "D"), (2, "A")], (0, 2), False, "tail", 3)
 
@@ -350,22 +406,13 @@ def test_files_of_another_partition_spec_are_rejected(
     assert plan.apply == (() if expected is S else (0,))
 
 
-def test_spec_changed_claim_keeps_the_epoch_but_not_the_batch() -> None:
-    """A rejected claim still opens its epoch (the run is current) but its batch is not recorded as applied."""
-    state = CommittedState(writers={"w": W(2, "r2", "q", 4)})
-    entry = data("d", strict=True, query="q", batch=5, run="r5", spec_id=1)
-    plan = reconcile(CommittedState(upper=5, writers=state.writers), {5: entry}, spec_id=2)
-    assert shape(plan) == ([(5, "S")], (), False, "tail", 6)
-    assert plan.decisions[0].detail == "files were written with partition spec 1; the table's spec is now 2"
-    assert plan.state.writers == {"w": W(5, "r5", "q", 4)}
-
-
-def test_spec_changed_entry_of_a_live_epoch_keeps_last_batch() -> None:
-    """A rejected batch does not advance the writer's last batch: its re-run is not a duplicate."""
-    state = CommittedState(writers={"w": W(0, last_batch=3)})
+def test_spec_changed_entry_records_no_batch_id() -> None:
+    """A rejected batch is not recorded as applied: its re-run is applied, not answered "duplicate"."""
+    state = CommittedState(writers={"w": W(0, batches=ids((0, 3)))})
     plan = reconcile(state, {0: data("d", epoch=0, batch=4, spec_id=1)}, spec_id=2)
     assert [d.outcome for d in plan.decisions] == [S]
-    assert plan.state.writers == {"w": W(0, last_batch=3)}
+    assert plan.decisions[0].detail == "files were written with partition spec 1; the table's is 2"
+    assert plan.state.writers == {"w": W(0, batches=ids((0, 3)))}
 
 
 # ---------------------------------------------------------------------------------------------- whole plans
@@ -397,35 +444,44 @@ def test_one_plan_with_every_outcome() -> None:
         5: expire("gc", 3),
         6: anon("old", opened=2),
         7: anon("new", opened=3),
-        8: data("s-b0", "s", strict=True, query="q1", batch=0, run="r1"),
-        9: data("s-b2", "s", epoch=8, strict=True, query="q1", batch=2, run="r1"),
-        10: data("s-other-query", "s", strict=True, query="q2", batch=1, run="r2"),
-        11: data("w-b2-old-spec", epoch=2, batch=2, spec_id=1),
-        12: data("s-b1", "s", epoch=8, strict=True, query="q1", batch=1, run="r1", spec_id=2),
+        8: fence("s-reg", "s", run="r1", query="q1", strict=True),
+        9: data("s-b0", "s", epoch=8, strict=True, query="q1", batch=0, run="r1"),
+        10: data("s-b2", "s", epoch=8, strict=True, query="q1", batch=2, run="r1"),
+        11: data("s-other-query", "s", epoch=8, strict=True, query="q2", batch=1, run="r2"),
+        12: data("w-b2-old-spec", epoch=2, batch=2, spec_id=1),
+        13: data("w-b3-gone", epoch=2, batch=3),
+        14: skip("k"),
+        15: data("s-b1", "s", epoch=8, strict=True, query="q1", batch=1, run="r1", spec_id=2),
     }
-    plan = reconcile(CommittedState(), entries, spec_id=2)
+    state = CommittedState(writers={"t": W(99, batches=ids((50, 60), floor=50))})
+    entries[16] = data("t-stale", "t", epoch=99, batch=7)
+    plan = reconcile(state, entries, spec_id=2, missing={13})
     codes = "".join(d.outcome.value for d in plan.decisions)
-    assert codes == "BABFDMXAAGQSA"
+    assert codes == "BABFDMXABAGQSLKAO"
     assert {d.outcome for d in plan.decisions} == set(Outcome)
-    assert plan.apply == (1, 7, 8, 12)
+    assert plan.apply == (1, 7, 9, 15)
     assert (plan.overwrite, plan.stop) == (False, "tail")
     assert plan.state == CommittedState(
-        upper=13,
-        writers={"w": W(2, "rB", None, 1), "s": W(8, "r1", "q1", 1)},
+        upper=17,
+        writers={
+            "w": W(2, "rB", None, ids((1, 1))),
+            "s": W(8, "r1", "q1", ids((0, 1))),
+            "t": W(99, batches=ids((50, 60), floor=50)),
+        },
         expired_before=3,
     )
-    assert [d.token for d in plan.decisions] == [entries[s].token for s in range(13)]
+    assert [d.token for d in plan.decisions] == [entries[s].token for s in range(17)]
     assert [d.writer for d in plan.decisions][:3] == ["w", "w", "w"]
 
 
 def test_reconcile_does_not_mutate_its_input_state() -> None:
     """The base state's writer map is left as it was; the plan carries the base unchanged."""
-    writers = {"w": W(0, last_batch=1)}
+    writers = {"w": W(0, batches=ids((1, 1)))}
     base = CommittedState(upper=0, writers=writers)
     plan = reconcile(base, {0: fence("f"), 1: data("d", epoch=0, batch=9)})
-    assert writers == {"w": W(0, last_batch=1)}
+    assert writers == {"w": W(0, batches=ids((1, 1)))}
     assert plan.base is base
-    assert plan.state.writers == {"w": W(0, None, None, 9)}
+    assert plan.state.writers == {"w": W(0, batches=ids((1, 1), (9, 9)))}
 
 
 def test_decision_for_and_applied_before() -> None:

@@ -7,6 +7,7 @@ import json
 import pytest
 
 from pyspark_fenced_sink.errors import CorruptControlDataError
+from pyspark_fenced_sink.protocol.batches import BatchIds
 from pyspark_fenced_sink.protocol.state import (
     STATE_PROPERTY,
     CommitRecord,
@@ -20,45 +21,57 @@ from pyspark_fenced_sink.protocol.wal import TOKEN_CHARS
 STATE = CommittedState(
     upper=1822,
     writers={
-        "orders": WriterState(epoch=1500, run="run-b", query="q-1", last_batch=41),
+        "orders": WriterState(epoch=1500, run="run-b", query="q-1", batches=BatchIds(((0, 41),))),
         "billing": WriterState(epoch=0),
-        "stream": WriterState(epoch=7, run="r", query=None, last_batch=0),
+        "stream": WriterState(epoch=7, run="r", query=None, batches=BatchIds(((0, 0), (3, 9)), floor=0)),
+        "old": WriterState(epoch=9, batches=BatchIds(((500, 510),), floor=500)),
     },
     expired_before=900,
+    table_uuid="6f1c1a52-2a4e-4c49-9d55-5d1b7a3e2f10",
+    root="s3://lake/wh/db/t/_fencedlake/6f1c1a52-2a4e-4c49-9d55-5d1b7a3e2f10",
 )
 
 
 def test_committed_state_round_trips() -> None:
-    """decode(encode(s)) == s, including epoch 0 and last_batch 0."""
+    """decode(encode(s)) == s, including epoch 0, batch id 0, several intervals and a floor."""
     assert CommittedState.decode(STATE.encode()) == STATE
 
 
 def test_committed_state_encoding_is_exact_and_omits_unknowns() -> None:
     """The property value is sorted compact JSON; a writer's None fields are left out."""
-    text = CommittedState(upper=3, writers={"b": WriterState(2, run="r"), "a": WriterState(0)}).encode()
-    assert text == ('{"expired_before":0,"upper":3,"v":1,"writers":{"a":{"epoch":0},"b":{"epoch":2,"run":"r"}}}')
+    state = CommittedState(
+        upper=3, writers={"b": WriterState(2, run="r"), "a": WriterState(0)}, table_uuid="u", root="r"
+    )
+    assert state.encode() == (
+        '{"expired_before":0,"root":"r","table":"u","upper":3,"v":2,'
+        '"writers":{"a":{"batches":{"ids":[]},"epoch":0},"b":{"batches":{"ids":[]},"epoch":2,"run":"r"}}}'
+    )
 
 
 def test_absent_property_is_the_initial_state() -> None:
-    """A table fencedlake never committed to has upper 0, no writers, nothing expired."""
+    """A table fencedlake never committed to has upper 0, no writers, nothing expired, no identity yet."""
     state = CommittedState.decode(None)
-    assert state == CommittedState(upper=0, writers={}, expired_before=0)
+    assert state == CommittedState(upper=0, writers={}, expired_before=0, table_uuid=None, root=None)
 
 
 def test_missing_optional_fields_take_defaults() -> None:
-    """``expired_before`` and ``writers`` may be absent (older writers of the format)."""
-    assert CommittedState.decode('{"v":1,"upper":5}') == CommittedState(upper=5)
+    """``expired_before``, ``writers``, a writer's ``batches`` may be absent."""
+    assert CommittedState.decode('{"v":2,"upper":5}') == CommittedState(upper=5)
+    assert CommittedState.decode('{"v":2,"upper":5,"writers":{"w":{"epoch":1}}}').writers == {"w": WriterState(1)}
 
 
 CORRUPT_STATES = {
     "not-json": "{upper: 3",
     "json-list": "[]",
     "json-null": "null",
-    "no-upper": '{"v":1,"writers":{}}',
-    "bad-upper": '{"v":1,"upper":"many"}',
-    "unknown-writer-field": '{"v":1,"upper":1,"writers":{"w":{"epoch":0,"colour":"red"}}}',
-    "writer-without-epoch": '{"v":1,"upper":1,"writers":{"w":{"run":"r"}}}',
-    "writers-not-a-map": '{"v":1,"upper":1,"writers":[1]}',
+    "no-upper": '{"v":2,"writers":{}}',
+    "bad-upper": '{"v":2,"upper":"many"}',
+    "unknown-writer-field": '{"v":2,"upper":1,"writers":{"w":{"epoch":0,"colour":"red"}}}',
+    "writer-without-epoch": '{"v":2,"upper":1,"writers":{"w":{"run":"r"}}}',
+    "writers-not-a-map": '{"v":2,"upper":1,"writers":[1]}',
+    "batches-not-an-object": '{"v":2,"upper":1,"writers":{"w":{"epoch":0,"batches":[1,2]}}}',
+    "batch-intervals-overlap": '{"v":2,"upper":1,"writers":{"w":{"epoch":0,"batches":{"ids":[[0,5],[3,9]]}}}}',
+    "batch-interval-reversed": '{"v":2,"upper":1,"writers":{"w":{"epoch":0,"batches":{"ids":[[5,1]]}}}}',
 }
 
 
@@ -70,7 +83,7 @@ def test_corrupt_state_raises_corrupt_control_data(text: str) -> None:
     assert e.value.retryable is False
 
 
-@pytest.mark.parametrize("version", [None, 2])
+@pytest.mark.parametrize("version", [None, 1, 3])
 def test_state_of_another_version_says_upgrade(version: int | None) -> None:
     """A state written by another format version is refused with an upgrade hint, not misread."""
     body: dict[str, object] = {"upper": 1}

@@ -46,10 +46,13 @@ ENTRIES = {
         spec_id=2,
     ),
     "data-zeros": WalEntry(kind=EntryKind.DATA, token="t0", writer="w", epoch=0, batch=0, spec_id=0, created_ms=0),
-    "data-claim": WalEntry(kind=EntryKind.DATA, token="t1", writer="w", run="r", query="q", batch=3, strict=True),
+    "registration": WalEntry(
+        kind=EntryKind.FENCE, token="t1", writer="w", run="r", query="q", strict=True, created_ms=3
+    ),
     "data-anonymous": WalEntry(kind=EntryKind.DATA, token="t2", writer="anon-1", ephemeral=True, opened=5),
     "fence": WalEntry(kind=EntryKind.FENCE, token="t3", writer="orders", run="operator-fence"),
     "expire": WalEntry(kind=EntryKind.EXPIRE, token="t4", writer="gc", expire_before=0),
+    "skip": WalEntry(kind=EntryKind.SKIP, token="t5", writer="operator", reason="object lost in bucket migration"),
 }
 
 
@@ -62,18 +65,8 @@ def test_every_entry_kind_round_trips(entry: WalEntry) -> None:
 def test_encoding_is_compact_versioned_json_without_defaults() -> None:
     """The encoding is sorted compact JSON with ``v``; default-valued optional fields are left out."""
     raw = encode_entry(WalEntry(kind=EntryKind.FENCE, token="tok", writer="w", created_ms=5))
-    assert raw == b'{"created_ms":5,"kind":"fence","token":"tok","v":1,"writer":"w"}'
+    assert raw == b'{"created_ms":5,"kind":"fence","token":"tok","v":2,"writer":"w"}'
     assert json.loads(raw)["v"] == FORMAT_VERSION
-
-
-def test_claims_only_for_stable_data_or_fence_without_epoch() -> None:
-    """An entry claims an epoch iff it is a stable writer's data/fence entry with no epoch."""
-    assert ENTRIES["data-claim"].claims is True
-    assert ENTRIES["fence"].claims is True
-    assert ENTRIES["data-full"].claims is False
-    assert ENTRIES["data-anonymous"].claims is False
-    assert ENTRIES["expire"].claims is False
-    assert ENTRIES["data-zeros"].claims is False  # epoch 0 is an epoch, not a claim
 
 
 CORRUPT = {
@@ -102,7 +95,7 @@ def test_corrupt_entry_raises_corrupt_control_data_naming_the_key(raw: bytes) ->
     assert err.value.retryable is False
 
 
-@pytest.mark.parametrize("version", [None, 0, 2])
+@pytest.mark.parametrize("version", [None, 0, 1, 3])
 def test_other_format_version_says_upgrade(version: int | None) -> None:
     """An entry of another (or no) format version is corrupt for this reader, and the message says upgrade."""
     body = {"kind": "data", "token": "t", "writer": "w"}
@@ -140,7 +133,9 @@ def test_wal_key_rejects_negative_positions() -> None:
     ("key", "seq"),
     [
         ("wal/00000000000000000042.json", 42),
-        ("00000000000000000042.json", 42),
+        ("root/_fencedlake/u/wal/00000000000000000042.json", 42),
+        ("00000000000000000042.json", None),  # not under wal/
+        ("checkpoints/00000000000000000042.json", None),
         ("wal/0000000000000000042.json", None),  # 19 digits
         ("wal/00000000000000000042.json.tmp", None),
         ("wal/.00000000000000000042.json.1f2e.tmp", None),
@@ -326,3 +321,71 @@ def test_append_after_a_peer_token_never_overwrites() -> None:
     assert seq == 1
     assert decode_entry(store.objects[wal_key(0)]).token == "first"
     assert decode_entry(store.objects[wal_key(1)]).token == "second"
+
+
+# ---------------------------------------------------------------------------- truncation, checkpoints, skips
+
+
+def _filled(count: int) -> Wal:
+    wal = Wal(MemoryStore(), sleep=_no_sleep)
+    for s in range(count):
+        wal.append(_entry(f"t{s}"), start=s)
+    return wal
+
+
+@pytest.mark.parametrize(("upper", "kept"), [(0, 0), (1, 0), (2, 1), (7, 6)])
+def test_truncation_keeps_the_object_below_the_upper(upper: int, kept: int) -> None:
+    """Positions below ``upper - 1`` are deleted; ``upper - 1`` and everything pending stay."""
+    wal = _filled(10)
+    assert wal.truncatable(upper) == kept
+    assert wal.truncate(upper) == kept
+    assert wal.scan(0) == list(range(kept, 10))
+
+
+def test_a_stale_writer_cannot_put_into_a_truncated_position() -> None:
+    """After truncation at upper 7, an append from a long-stale upper (2) lands after the tail, never below 7."""
+    wal = _filled(7)
+    wal.truncate(7)
+    assert wal.append(_entry("late"), start=2) == 7
+    fence_seq = wal.append(WalEntry(kind=EntryKind.FENCE, token="f", writer="w"), start=0)
+    assert fence_seq == 8
+
+
+def test_checkpoints_keep_the_newest_state_at_or_below_an_upper() -> None:
+    """latest_checkpoint returns the newest checkpoint not above the asked upper; an existing one is kept."""
+    wal = Wal(MemoryStore())
+    assert wal.latest_checkpoint(100) is None
+    wal.put_checkpoint(5, "state-5")
+    wal.put_checkpoint(9, "state-9")
+    wal.put_checkpoint(9, "other")  # put-if-absent: the first one stays
+    assert wal.latest_checkpoint(100) == (9, "state-9")
+    assert wal.latest_checkpoint(8) == (5, "state-5")
+    assert wal.latest_checkpoint(4) is None
+    assert wal.scan(0) == []  # checkpoints are not WAL positions
+
+
+def test_put_skip_takes_exactly_a_free_position() -> None:
+    """A skip entry lands at the asked position only if it is free; it never overwrites an entry."""
+    wal = _filled(2)
+    skip = WalEntry(kind=EntryKind.SKIP, token="k", writer="operator", reason="lost")
+    assert wal.put_skip(1, skip) is False
+    assert wal.read(1).token == "t1"  # type: ignore[union-attr]
+    assert wal.put_skip(5, skip) is True
+    assert wal.read(5) == skip
+    assert (wal.occupied(5), wal.occupied(4)) == (True, False)
+
+
+def test_run_registry_records_the_first_epoch_of_a_run() -> None:
+    """A run's registration holds the epoch it registered with; a second registration keeps the first."""
+    wal = Wal(MemoryStore())
+    assert wal.run_epoch("w", "run-1") is None
+    assert wal.register_run("w", "run-1", 4) == 4
+    assert wal.register_run("w", "run-1", 9) == 4
+    assert wal.run_epoch("w", "run-1") == 4
+    assert wal.run_epoch("w", "run-2") is None
+
+
+def test_corrupt_entry_message_names_the_way_out() -> None:
+    """The error for a damaged entry says to move it aside and skip its position."""
+    with pytest.raises(CorruptControlDataError, match=r"fencedlake skip TABLE 4 --reason"):
+        decode_entry(b"{broken", "root/wal/00000000000000000004.json")

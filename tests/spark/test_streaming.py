@@ -242,7 +242,7 @@ def test_start_path_and_table_option_with_batch_options(spark: Any, env: dict[st
     assert [str(f.transform) for f in t.spec().fields] == ["bucket[4]"]
     assert t.properties["owner"] == "streaming-test"
     state = writer_state(wh, "db.by_path", "by-path")
-    assert state is not None and state.last_batch == 2 and state.run == str(query.runId)
+    assert state is not None and state.batches.last == 2 and state.run == str(query.runId)
     assert state.query == str(query.id)
 
     query = start_query(
@@ -342,7 +342,7 @@ def test_many_restarts_with_replayed_batches_equal_the_source(spark: Any, env: d
     codes = Counter(outcomes(wh, table).values())
     assert codes["D"] == 3, codes  # the three replays, each dropped as a duplicate
     assert codes["A"] == len(list(Path(inp).glob("*.json")))
-    assert writer_state(wh, table, "orders-ingest").last_batch == replayed + 1  # type: ignore[union-attr]
+    assert writer_state(wh, table, "orders-ingest").batches.last == replayed + 1  # type: ignore[union-attr]
 
 
 def test_processing_time_trigger_across_restarts(spark: Any, env: dict[str, str]) -> None:
@@ -383,8 +383,8 @@ def test_empty_batches_commit_no_rows_and_keep_the_batch_count(spark: Any, env: 
         write_input(inp, f"f{n}", ids(100 * n, count))
     run_to_end(start_query(spark, input_dir=inp, checkpoint=env["chk"], warehouse=wh, table=table, writer_id="sparse"))
     assert_exact(wh, table, input_ids(inp))
-    assert writer_state(wh, table, "sparse").last_batch == 5  # type: ignore[union-attr]
-    assert list(outcomes(wh, table).values()) == ["A"] * 6
+    assert writer_state(wh, table, "sparse").batches.last == 5  # type: ignore[union-attr]
+    assert [code for _, code in sorted(outcomes(wh, table).items())] == ["B"] + ["A"] * 6  # registration, 6 batches
 
 
 def test_complete_mode_table_holds_exactly_the_latest_result(spark: Any, env: dict[str, str]) -> None:
@@ -422,11 +422,12 @@ def test_complete_mode_table_holds_exactly_the_latest_result(spark: Any, env: di
     run_to_end(start())
     assert found() == expected()
     assert_invariants(wh, table)
-    assert Counter(outcomes(wh, table).values()) == {"A": 5, "D": 1}
+    assert Counter(outcomes(wh, table).values()) == {"A": 5, "D": 1, "B": 2}  # two runs registered
     ops = _snapshot_operations(wh, table)
     # Batch 0's result is empty and the new table has no rows to replace: a file-less append. The replayed batch
-    # (D) of the second run commits only its epoch claim. Every other applied batch replaced the table's rows.
-    assert ops[0] == ("append", ["A"]) and ops[3] == ("append", ["D"]), ops
+    # (D) of the second run is decided without a commit; the next batch's commit records it with the run's
+    # registration barrier. Every other applied batch replaced the table's rows.
+    assert ops[0] == ("append", ["B", "A"]) and ops[3][1][:2] == ["B", "D"], ops
     assert all(op == "overwrite" for op, codes in ops[1:] if "A" in codes), ops
 
 
@@ -495,7 +496,7 @@ def test_two_queries_and_a_batch_job_write_one_table_at_once(spark: Any, env: di
     assert [q.exception() for q in queries] == [None, None]
     assert_exact(wh, table, expected)
     for n in range(2):
-        assert writer_state(wh, table, f"stream-{n}").last_batch == 3  # type: ignore[union-attr]
+        assert writer_state(wh, table, f"stream-{n}").batches.last == 3  # type: ignore[union-attr]
 
 
 def test_zombie_incarnation_is_fenced_and_lands_nothing_after_the_fence(spark: Any, env: dict[str, str]) -> None:
@@ -573,9 +574,13 @@ def test_zombie_incarnation_is_fenced_and_lands_nothing_after_the_fence(spark: A
 
 
 #: Fail points a streaming write passes, and whether the batch's WAL entry is durable when it fires: the batch
-#: table's, less driver.after-open (a run claims its epoch in its first commit, not at open) and
-#: commit.before-wal-put (the same crash, as far as the table can tell, as executor.after-file-written).
+#: table's, less driver.after-open (a run registers in its first commit, not at open) and commit.before-wal-put
+#: (the same crash, as far as the table can tell, as executor.after-file-written), plus the run's registration
+#: (its barrier is durable, its batch entry not yet).
 DURABLE_AT = {p: d for p, d in BATCH_DURABLE_AT.items() if p not in ("driver.after-open", "commit.before-wal-put")}
+DURABLE_AT["stream.after-register"] = False
+#: Points the run passes once (its first batch); the others are paused at the run's second commit.
+FIRST_BATCH_POINTS = ("executor.after-file-written", "stream.after-register")
 
 
 @pytest.mark.multiprocess
@@ -588,7 +593,7 @@ def test_application_killed_at_failpoint_then_restart_is_exactly_once(
     wh, inp, chk, table, writer = env["wh"], env["inp"], env["chk"], "db.killed", "orders-ingest"
     write_input(inp, "f0", ids(0, 5))
     write_input(inp, "f1", ids(100, 5))
-    nth = "" if point.startswith("executor") else "@2"  # commits: the run's second (a non-claiming entry)
+    nth = "" if point in FIRST_BATCH_POINTS else "@2"  # commits: the run's second
     out = tmp_path / "victim.out"
     victim = _driver(
         [
@@ -618,6 +623,7 @@ def test_application_killed_at_failpoint_then_restart_is_exactly_once(
     finally:
         _kill_application(victim, int(marker.read_text() or 0) if marker.exists() else None)
     dead_run = writer_state(wh, table, writer).run if point.startswith("commit") else None  # type: ignore[union-attr]
+    # (stream.after-register: the dead run's barrier is durable and pending; the restart registers anew)
     before = wal_entries(wh, table) if embedded_catalog(wh).table_exists(table) else {}
 
     write_input(inp, "f2", ids(200, 5))

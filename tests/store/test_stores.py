@@ -36,6 +36,8 @@ from pyspark_fenced_sink.store.s3 import S3Store
 BUCKET = "fencedlake-test"
 CREDENTIALS = {"aws_access_key_id": "testing", "aws_secret_access_key": "testing"}
 
+TABLE_UUID = "0b8e6f0e-5d5a-4f57-9f5c-3e0a7d1c2b44"
+
 
 def _no_sleep(_: float) -> None:
     return None
@@ -85,14 +87,14 @@ def s3fs_client(s3_endpoint: str) -> Any:
 @pytest.fixture
 def s3_store(s3fs_client: Any) -> S3Store:
     """An S3Store under a fresh table prefix."""
-    return S3Store(control_root(f"s3://{BUCKET}/{uuid.uuid4().hex}"), s3fs_client)
+    return S3Store(control_root(f"s3://{BUCKET}/{uuid.uuid4().hex}", TABLE_UUID), s3fs_client)
 
 
 @pytest.fixture(params=["local", "memory", "s3"])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> ObjectStore:
     """Every store implementation, fresh and empty."""
     if request.param == "local":
-        return LocalStore(control_root(str(tmp_path / "table")))
+        return LocalStore(control_root(str(tmp_path / "table"), TABLE_UUID))
     if request.param == "memory":
         return MemoryStore()
     s3: S3Store = request.getfixturevalue("s3_store")
@@ -440,21 +442,21 @@ def test_local_os_errors_become_store_errors(tmp_path: Path) -> None:
 
 def test_open_store_picks_the_store_by_scheme(tmp_path: Path, s3_endpoint: str) -> None:
     """Paths and file:// get a LocalStore, s3:// an S3Store, rooted where asked; unknown schemes fail clearly."""
-    local = open_store(control_root(str(tmp_path / "t")), {})
+    local = open_store(control_root(str(tmp_path / "t"), TABLE_UUID), {})
     assert isinstance(local, LocalStore)
-    assert local.root == tmp_path / "t" / "_fencedlake"
-    local_uri = open_store(control_root(f"file://{tmp_path}/t/"), {})
+    assert local.root == tmp_path / "t" / "_fencedlake" / TABLE_UUID
+    local_uri = open_store(control_root(f"file://{tmp_path}/t/", TABLE_UUID), {})
     assert isinstance(local_uri, LocalStore)
-    assert local_uri.root == tmp_path / "t" / "_fencedlake"
+    assert local_uri.root == tmp_path / "t" / "_fencedlake" / TABLE_UUID
     props = {
         "s3.endpoint": s3_endpoint,
         "s3.access-key-id": "testing",
         "s3.secret-access-key": "testing",
         "s3.region": "us-east-1",
     }
-    s3 = open_store(control_root(f"s3://{BUCKET}/opened-{uuid.uuid4().hex}"), props)
+    s3 = open_store(control_root(f"s3://{BUCKET}/opened-{uuid.uuid4().hex}", TABLE_UUID), props)
     assert isinstance(s3, S3Store)
-    assert s3.root.endswith("/_fencedlake")
+    assert s3.root.endswith(f"/_fencedlake/{TABLE_UUID}")
     assert s3.put_if_absent("wal/a.json", b"x") is True
     assert s3.get("wal/a.json") == b"x"
     with pytest.raises(StoreError, match="no object store for scheme 'nosuch'"):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -15,9 +16,8 @@ TABLE = "db.inv"
 
 
 def _check(wh: str) -> list[str]:
-    ctx = open_table(catalog_config(warehouse=wh), TABLE).ctx
-    table = ctx.port.table(ctx.port.load())
-    return check_table(table, ctx.wal, lambda p: Path(p.removeprefix("file://")).exists())
+    opened = open_table(catalog_config(warehouse=wh), TABLE)
+    return check_table(opened.table, opened.ctx.wal, lambda p: Path(p.removeprefix("file://")).exists())
 
 
 def _table(wh: str) -> Any:
@@ -42,7 +42,7 @@ def test_upper_ahead_of_the_records_is_an_i2_violation(tmp_path: Path) -> None:
     table = _table(str(tmp_path))
     state = CommittedState.decode(table.metadata.properties[STATE_PROPERTY])
     with table.transaction() as tx:
-        tx.set_properties({STATE_PROPERTY: CommittedState(upper=state.upper + 1).encode()})
+        tx.set_properties({STATE_PROPERTY: replace(state, upper=state.upper + 1).encode()})
     assert any(v.startswith("I2:") for v in _check(str(tmp_path)))
 
 
