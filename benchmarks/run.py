@@ -32,7 +32,7 @@ import sys
 import time
 import traceback
 from collections.abc import Callable
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -222,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
             log=log,
         ),
     }
-    started = datetime.now(timezone.utc)
+    started = datetime.now(UTC)
     load_start = os.getloadavg()
     t0 = time.perf_counter()
     results: dict[str, SuiteResult] = {}

@@ -7,7 +7,10 @@ work with no registration: Spark imports top-level modules named
 worker.
 
 For write throughput, call :func:`tune_session` on the driver's SparkSession
-once (see :mod:`pyspark_fenced_sink.spark.tuning`).
+once (see :mod:`pyspark_fenced_sink.spark.tuning`); to write from several
+Python threads, :func:`activate_session` in each (see
+:mod:`pyspark_fenced_sink.spark.session`); to get the typed error back from a
+Spark exception, :func:`fencedlake_error`.
 """
 
 from __future__ import annotations
@@ -15,11 +18,12 @@ from __future__ import annotations
 from pyspark_fenced_sink import errors
 from pyspark_fenced_sink.errors import *  # noqa: F403 - the error kinds are part of the public API
 from pyspark_fenced_sink.spark.datasource import FencedLakeDataSource
+from pyspark_fenced_sink.spark.session import activate_session
 from pyspark_fenced_sink.spark.tuning import tune_session
 
-__version__ = "0.1.0"
+__version__ = "0.1.0.dev0"
 
 DefaultSource = FencedLakeDataSource
 
-__all__ = ["DefaultSource", "FencedLakeDataSource", "__version__", "tune_session"]
+__all__ = ["DefaultSource", "FencedLakeDataSource", "__version__", "activate_session", "tune_session"]
 __all__ += errors.__all__

@@ -33,7 +33,7 @@ import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -72,7 +72,7 @@ def _fresh_warehouse(requested: str | None) -> Path:
         if path.exists() and any(path.iterdir()):
             raise SystemExit(f"demo: warehouse {path} is not empty; give a new or empty directory")
     else:
-        stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
         path = (Path("fencedlake-warehouse") / f"demo-{stamp}-{os.getpid()}").resolve()
     path.mkdir(parents=True, exist_ok=True)
     return path

@@ -1,12 +1,26 @@
-"""The error kinds fencedlake raises (driver and executors).
+"""The error kinds fencedlake raises (driver and executors), and getting them back through Spark.
 
 Every error derives from :class:`FencedLakeError`. Each kind's docstring says
 whether retrying the same call can help. Messages say what was expected, what
 was found and what to do; they never contain secrets (see
-``options.redact``).
+``options.redact``). Errors carry their facts as attributes (``fields``:
+``table``, ``seq``, ``writer``, ``outcome`` where they apply).
+
+Spark turns an exception raised in the sink into ``AnalysisException``,
+``Py4JJavaError`` or ``StreamingQueryException`` carrying only text. At the
+Spark boundary (:func:`marked_errors`) fencedlake appends one line to the
+message — ``[fencedlake-error {"kind": ..., <fields>}]`` — and
+:func:`fencedlake_error` finds it in any exception and returns the typed error
+again, with its class, message and fields.
 """
 
 from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
 
 __all__ = [
     "CommitOutcomeUnknownError",
@@ -19,16 +33,35 @@ __all__ = [
     "TableChangedError",
     "TableStateError",
     "WriteRejectedError",
+    "fencedlake_error",
 ]
+
+MARKER = "fencedlake-error"
+_MARKED = re.compile(r"\[" + MARKER + r" (\{[^\n]*?\})\]")
 
 
 class FencedLakeError(Exception):
     """Root of every error fencedlake raises.
 
     ``retryable`` tells whether the same call, repeated unchanged, may succeed.
+    ``fields`` holds the error's facts (also readable as attributes, e.g. ``e.seq``).
     """
 
     retryable: bool = False
+
+    def __init__(self, message: str = "", **fields: Any) -> None:
+        super().__init__(message)
+        self.message = message
+        self.fields = {k: v for k, v in fields.items() if v is not None}
+        for key, value in fields.items():
+            setattr(self, key, value)
+
+    def marked(self) -> FencedLakeError:
+        """A copy whose message ends with the machine-readable line :func:`fencedlake_error` reads."""
+        line = json.dumps({"kind": type(self).__name__, **self.fields}, sort_keys=True, default=str)
+        copy = type(self)(f"{self.message}\n[{MARKER} {line}]", **self.fields)
+        copy.message = self.message
+        return copy
 
 
 class InvalidOptionsError(FencedLakeError, ValueError):
@@ -75,8 +108,8 @@ class CommitOutcomeUnknownError(FencedLakeError):
     outcome up with ``fencedlake wal TABLE --from SEQ --limit 1``.
     """
 
-    def __init__(self, message: str, *, table: str = "", seq: int | None = None) -> None:
-        super().__init__(message)
+    def __init__(self, message: str = "", *, table: str = "", seq: int | None = None, **fields: Any) -> None:
+        super().__init__(message, table=table or None, seq=seq, **fields)
         self.table = table
         self.seq = seq
 
@@ -116,6 +149,72 @@ class StoreError(FencedLakeError):
 
     retryable = True
 
-    def __init__(self, message: str, *, ambiguous: bool = False) -> None:
-        super().__init__(message)
+    def __init__(self, message: str = "", *, ambiguous: bool = False, **fields: Any) -> None:
+        super().__init__(message, ambiguous=ambiguous, **fields)
         self.ambiguous = ambiguous
+
+
+@contextmanager
+def marked_errors() -> Iterator[None]:
+    """Re-raise a :class:`FencedLakeError` with the marker line (used where the sink hands control to Spark)."""
+    try:
+        yield
+    except FencedLakeError as e:
+        if f"[{MARKER} " in str(e):
+            raise
+        raise e.marked() from e
+
+
+def _texts(error: BaseException) -> Iterator[str]:
+    """Every text an exception raised through Spark carries: its own, its cause chain's, the JVM's."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        yield str(current)
+        for attribute in ("desc", "stackTrace", "java_exception"):
+            value = getattr(current, attribute, None)
+            if value is not None:
+                yield str(value)
+        current = current.__cause__ or current.__context__
+
+
+def fencedlake_error(error: BaseException) -> FencedLakeError | None:
+    """The fencedlake error inside ``error`` (any exception Spark raised), or None if there is none.
+
+    Returns an instance of the original class (``FencedWriterError``, ``CommitOutcomeUnknownError``,
+    ...) with its message and fields (``seq``, ``table``, ``writer``, ...), so user code can ``except``
+    by type::
+
+        try:
+            df.write.format("fencedlake").mode("append").save("db.events")
+        except Exception as e:
+            err = fencedlake_error(e)
+            if isinstance(err, CommitOutcomeUnknownError):
+                print("durable, applied by the next commit; look up seq", err.seq)
+            else:
+                raise
+    """
+    if isinstance(error, FencedLakeError):
+        return error
+    kinds = {cls.__name__: cls for cls in _kinds(FencedLakeError)}
+    for text in _texts(error):
+        for match in reversed(list(_MARKED.finditer(text))):
+            try:
+                fields = json.loads(match.group(1))
+            except ValueError:
+                continue
+            cls = kinds.get(str(fields.pop("kind", "")))
+            if cls is None:
+                continue
+            head = text[: match.start()].rstrip()
+            start = head.rfind(f"{cls.__name__}: ")
+            message = head[start + len(cls.__name__) + 2 :] if start >= 0 else head.rsplit("\n", 1)[-1]
+            return cls(message.strip(), **fields)
+    return None
+
+
+def _kinds(root: type[FencedLakeError]) -> Iterator[type[FencedLakeError]]:
+    yield root
+    for sub in root.__subclasses__():
+        yield from _kinds(sub)

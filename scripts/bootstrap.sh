@@ -25,8 +25,8 @@ die() { printf '[bootstrap] ERROR: %s\n' "$*" >&2; exit 1; }
 trap 'rc=$?; [ "$rc" -eq 0 ] || printf "[bootstrap] FAILED (exit %s) at line %s; venv: %s\n" "$rc" "$LINENO" "$VENV" >&2' EXIT
 
 command -v "$PYTHON" >/dev/null 2>&1 || die "interpreter '$PYTHON' not found (set PYTHON=...)"
-"$PYTHON" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else 1)' \
-    || die "$("$PYTHON" --version 2>&1) is too old: python_requires >= 3.10"
+"$PYTHON" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)' \
+    || die "$("$PYTHON" --version 2>&1) is too old: python_requires >= 3.11"
 PYVER="$("$PYTHON" -c 'import sys; print(".".join(map(str, sys.version_info[:3])))')"
 
 # Serialize concurrent bootstraps of the same venv (e.g. `make demo` and `make test`).

@@ -32,12 +32,26 @@ from pyspark_fenced_sink.protocol.view import TableIdentity, TableView, bind
 from pyspark_fenced_sink.protocol.wal import Wal
 from pyspark_fenced_sink.store.registry import open_store
 
-__all__ = ["OpenedTable", "embedded_catalog", "io_properties", "load_catalog", "open_table", "resolve_table"]
+__all__ = [
+    "OpenedTable",
+    "embedded_catalog",
+    "embedded_catalog_exists",
+    "io_properties",
+    "load_catalog",
+    "open_table",
+    "resolve_table",
+]
 
 logger = logging.getLogger(__name__)
 
+_EMBEDDED_DB = "catalog.db"
 _cache: dict[tuple[Any, ...], Any] = {}
 _cache_lock = threading.Lock()
+
+
+def embedded_catalog_exists(warehouse: str) -> bool:
+    """True if ``warehouse`` holds an embedded catalog (:func:`embedded_catalog` creates one otherwise)."""
+    return (Path(warehouse) / _EMBEDDED_DB).is_file()
 
 
 def embedded_catalog(warehouse: str) -> Any:
@@ -46,7 +60,7 @@ def embedded_catalog(warehouse: str) -> Any:
 
     root = Path(warehouse)
     root.mkdir(parents=True, exist_ok=True)
-    db = root / "catalog.db"
+    db = root / _EMBEDDED_DB
     # SQLite waits up to 60 s for a lock (many processes commit to one file); WAL journal mode lets
     # readers proceed while a writer commits. Creating the catalog tables is serialized with a lock
     # file so concurrent first writers do not race on CREATE TABLE.

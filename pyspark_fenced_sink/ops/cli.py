@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+import time
 from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any
@@ -29,6 +31,8 @@ _DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 #: Exit status when work the command was asked to do is left undone (entries wait behind a missing
 #: position, a barrier is durable but not committed).
 EXIT_UNDONE = 3
+#: Exit status when the reader of our output went away (the shell's convention for SIGPIPE).
+EXIT_BROKEN_PIPE = 141
 
 
 def _duration(text: str) -> float:
@@ -92,6 +96,12 @@ _HELP = {
 }
 
 
+def _version() -> str:
+    from pyspark_fenced_sink import __version__
+
+    return __version__
+
+
 def _command(sub: Any, name: str, common: argparse.ArgumentParser) -> argparse.ArgumentParser:
     help_text, description = _HELP[name]
     parser: argparse.ArgumentParser = sub.add_parser(name, parents=[common], help=help_text, description=description)
@@ -117,6 +127,7 @@ def _parser() -> argparse.ArgumentParser:
         prog="fencedlake",
         description="Inspect and maintain Iceberg tables written by the fencedlake sink. Safe while writers run.",
     )
+    parser.add_argument("--version", action="version", version=f"fencedlake {_version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     commands = {name: _command(sub, name, common) for name in _HELP}
     commands["status"].add_argument("--commits", type=int, default=10, help="recent commits to show (default 10)")
@@ -157,7 +168,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def _open(args: argparse.Namespace, **kwargs: Any) -> Any:
     """The table the command names, opened with one catalog read (an ``OpenedTable``)."""
-    from pyspark_fenced_sink.iceberg.catalogs import open_table
+    from pyspark_fenced_sink.iceberg.catalogs import embedded_catalog_exists, open_table
     from pyspark_fenced_sink.options import catalog_config, validate_table_name
 
     properties = {}
@@ -167,10 +178,19 @@ def _open(args: argparse.Namespace, **kwargs: Any) -> Any:
             raise FencedLakeError(f"--catalog-prop {prop!r}: expected KEY=VALUE")
         properties[key] = value
     config = catalog_config(args.catalog, properties, args.warehouse)
+    if config.embedded and not embedded_catalog_exists(config.warehouse):
+        raise FencedLakeError(
+            f"no fencedlake catalog in {config.warehouse} (no catalog.db there): check --warehouse or "
+            "$FENCEDLAKE_WAREHOUSE (the CLI never creates a catalog), or select a catalog with --catalog / "
+            "--catalog-prop"
+        )
     return open_table(config, validate_table_name(args.table), **kwargs)
 
 
 def _progress(label: str, done: int, total: int) -> None:
+    """Progress on stderr: live on a terminal; otherwise every 500 items and at the end of large steps."""
+    if total < 100 and not sys.stderr.isatty():
+        return
     if sys.stderr.isatty() or done == total or done % 500 == 0:
         end = "\n" if done == total or not sys.stderr.isatty() else ""
         print(f"\r[fencedlake] {label}: {done}/{total}", end=end, file=sys.stderr, flush=True)
@@ -205,25 +225,30 @@ _ENTRY_COLUMNS = ("seq", "position", "outcome", "kind", "writer", "epoch", "batc
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
-    from pyspark_fenced_sink.ops.inspect import recent_commits, wal_rows
+    from pyspark_fenced_sink.ops.inspect import pending_summary, recent_commits, wal_rows
 
     opened = _open(args)
     ctx, view = opened.ctx, opened.view
     table = ctx.port.table(view)
     state = view.state
     entries = wal_rows(ctx, view, state.upper, limit=10_000)
+    now_ms = int(time.time() * 1000)
+    commits = recent_commits(table, args.commits)
+    last = next((c for c in commits if c["seqs"] is not None), None)
     body = {
         "table": args.table,
         "committed_upper": state.upper,
         "expired_before": state.expired_before,
         "wal_below_upper": len([s for s in ctx.wal.scan(0) if s < state.upper]),
-        "pending": len(entries),
+        **pending_summary(entries, now_ms),
+        "since_last_commit_s": None if last is None else round((now_ms - last["timestamp_ms"]) / 1000, 1),
+        "untuned_writes_in_recent_commits": sum(int(c.get("untuned") or 0) for c in commits),
         "writers": [
             {"writer": w, "epoch": s.epoch, "batches": s.batches.describe(), "run": s.run, "query": s.query}
             for w, s in sorted(state.writers.items())
         ],
         "pending_entries": entries,
-        "recent_commits": recent_commits(table, args.commits),
+        "recent_commits": commits,
     }
     _emit(
         args,
@@ -245,11 +270,22 @@ def _cmd_status(args: argparse.Namespace) -> int:
                     "applied",
                     "helped",
                     "fences",
+                    "untuned",
                     "added_rows",
                 ),
             ),
         ],
     )
+    if body["pending_decided_awaiting_record"] and not args.json:
+        print(
+            "note: entries 'decided' above (a re-run answered as a duplicate, its open barrier) add no data and "
+            "are not stuck: the next commit on the table records them."
+        )
+    if body["untuned_writes_in_recent_commits"] and not args.json:
+        print(
+            "note: some recent writes ran with Spark's per-row Arrow batch size check on (about half speed): call "
+            "pyspark_fenced_sink.tune_session(spark) in those applications."
+        )
     return 0
 
 
@@ -390,6 +426,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         return _COMMANDS[args.command](args)
+    except BrokenPipeError:  # e.g. `fencedlake wal T | head`: the reader is gone; end quietly
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
     except CommitOutcomeUnknownError as e:
         print(f"fencedlake {args.command}: not done: {e}", file=sys.stderr)
         return EXIT_UNDONE

@@ -101,11 +101,13 @@ def _mtime_s(info: Mapping[str, Any]) -> float:
     return value.timestamp() if hasattr(value, "timestamp") else float(value or 0)
 
 
-def _referenced(table: Any) -> set[str]:
+def _referenced(table: Any, progress: Callable[[str, int, int], None]) -> set[str]:
     """Every data file path any retained snapshot references (scheme-less, for comparison)."""
     seen_manifests: set[str] = set()
     paths: set[str] = set()
-    for snapshot in table.metadata.snapshots:
+    snapshots = table.metadata.snapshots
+    for i, snapshot in enumerate(snapshots, 1):
+        progress("reading retained snapshots", i, len(snapshots))
         for manifest in snapshot.manifests(table.io):
             if manifest.manifest_path in seen_manifests:
                 continue
@@ -188,7 +190,7 @@ def gc(
         report.wal_truncated = truncate_wal(ctx)
     view = ctx.load()
     table = ctx.port.table(view)  # type: ignore[attr-defined]
-    referenced = _referenced(table)
+    referenced = _referenced(table, progress)
     fs, root = open_filesystem(table.metadata.location, dict(getattr(table.io, "properties", {}) or {}))
     listing = fs.find(f"{root.rstrip('/')}/data", detail=True) if fs.exists(f"{root.rstrip('/')}/data") else {}
     pending = _pending_paths(ctx, view.state.upper)
@@ -196,7 +198,8 @@ def gc(
     if dry_run and report.expired_before is not None:
         judged = replace(judged, expired_before=report.expired_before)  # as if the barrier were committed
     own = table_tag(str(table.metadata.table_uuid))
-    for path, info in sorted(listing.items()):
+    for i, (path, info) in enumerate(sorted(listing.items()), 1):
+        progress("judging data files", i, len(listing))
         tag = FileTag.parse(os.path.basename(path))
         if tag is None or tag.table != own or path in referenced or path in pending:
             continue  # another engine's file, another table's (a shared location), or a live one

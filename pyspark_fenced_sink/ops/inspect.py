@@ -17,7 +17,7 @@ from pyspark_fenced_sink.protocol.reconcile import Outcome, Position, position, 
 from pyspark_fenced_sink.protocol.state import decode_record
 from pyspark_fenced_sink.protocol.wal import TOKEN_CHARS, WalEntry, encoded_path
 
-__all__ = ["live_paths_of", "recent_commits", "wal_rows"]
+__all__ = ["live_paths_of", "pending_summary", "recent_commits", "wal_rows"]
 
 
 def _row(seq: int, entry: WalEntry, where: Position, outcome: str | None) -> dict[str, Any]:
@@ -33,6 +33,7 @@ def _row(seq: int, entry: WalEntry, where: Position, outcome: str | None) -> dic
         "files": len(entry.files),
         "rows": entry.rows,
         "token": entry.token[:TOKEN_CHARS],
+        "created_ms": entry.created_ms,
     }
 
 
@@ -81,6 +82,32 @@ def _without_record(entry: WalEntry, live_paths: Callable[[], set[str]] | None) 
     return "unknown (record expired; its files are not live: rejected, or applied and overwritten later)"
 
 
+def _number(value: Any) -> Any:
+    """An integer for a numeric summary string (snapshot summaries hold strings), else the value."""
+    if isinstance(value, str) and value.lstrip("-").isdigit():
+        return int(value)
+    return value
+
+
+def pending_summary(rows: list[dict[str, Any]], now_ms: int) -> dict[str, Any]:
+    """What the pending entries mean: how many add data, how many are decided and only wait to be recorded.
+
+    An entry at or above the upper is not necessarily stuck: a re-run decided as a duplicate (and its open
+    barrier) is decided without a catalog commit, and the next commit on the table records it.
+    """
+    applies = [r for r in rows if r["outcome"] == "next commit: APPLIED"]
+    blocked = [r for r in rows if not str(r["outcome"]).startswith("next commit: ")]
+    decided = [r for r in rows if r not in applies and r not in blocked]
+    oldest = min((r["created_ms"] for r in rows if r.get("created_ms")), default=None)
+    return {
+        "pending": len(rows),
+        "pending_to_apply": len(applies),
+        "pending_decided_awaiting_record": len(decided),
+        "pending_blocked": len(blocked),
+        "oldest_pending_age_s": None if oldest is None else round((now_ms - oldest) / 1000, 1),
+    }
+
+
 def live_paths_of(table: Any) -> Callable[[], set[str]]:
     """A lazy, cached reader of the data files live in ``table``'s current snapshot."""
     cache: list[set[str]] = []
@@ -114,11 +141,11 @@ def recent_commits(table: Any, count: int) -> list[dict[str, Any]]:
             "snapshot_id": snapshot.snapshot_id,
             "timestamp_ms": snapshot.timestamp_ms,
             "operation": snapshot.summary.operation.value if snapshot.summary else None,
-            "added_rows": summary.get("added-records"),
+            "added_rows": _number(summary.get("added-records")),
             "seqs": None,
         }
         if record is not None:
-            m = record.metrics
+            m = {k: _number(v) for k, v in record.metrics.items()}
             row.update(
                 seqs=f"{record.first}-{record.last}",
                 latency_ms=m.get("lat"),
@@ -127,6 +154,7 @@ def recent_commits(table: Any, count: int) -> list[dict[str, Any]]:
                 group=m.get("grp"),
                 applied=m.get("apl"),
                 helped=m.get("help"),
+                untuned=m.get("slow", 0),
                 fences=sum(1 for _, o in record.outcomes if o == Outcome.FENCED.value),
                 barriers=sum(1 for _, o in record.outcomes if o == Outcome.BARRIER.value),
             )

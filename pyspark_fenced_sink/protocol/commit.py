@@ -63,6 +63,9 @@ logger = logging.getLogger(__name__)
 #: Entries pending longer than this have their data files checked before they are applied: tools like
 #: Iceberg's remove_orphan_files delete unreferenced files older than days (PROTOCOL.md §8).
 VERIFY_FILES_AFTER_S = 3600.0
+#: A commit that waits (helping peers, behind a missing position, riding out a catalog outage) logs a line
+#: at INFO this often.
+PROGRESS_EVERY_S = 5.0
 
 
 class CommitConflict(Exception):
@@ -149,7 +152,8 @@ class CommitContext:
         if self.identity is not None and view.table_uuid is not None and view.table_uuid != self.identity.uuid:
             raise TableChangedError(
                 f"table {self.port.name} is now table {view.table_uuid}, not {self.identity.uuid}: it was dropped "
-                "and re-created, or renamed and replaced, meanwhile"
+                "and re-created, or renamed and replaced, meanwhile",
+                table=self.port.name,
             )
         if view.fresh:
             checkpoint = self.wal.latest_checkpoint()
@@ -157,7 +161,8 @@ class CommitContext:
                 raise TableStateError(
                     f"table {self.port.name} has no fencedlake.state property, but gc checkpointed its state at "
                     f"upper {checkpoint[0]} before truncating its WAL: the property was removed; rebuild it with "
-                    f"`fencedlake repair-state {self.port.name}`"
+                    f"`fencedlake repair-state {self.port.name}`",
+                    table=self.port.name,
                 )
         return view
 
@@ -205,8 +210,25 @@ class _Progress:
     """What one ``commit_entry`` call has done so far (the counters of its :class:`CommitResult`)."""
 
     def __init__(self, t0: float) -> None:
-        self.t0 = t0
+        self.t0 = self.noted = t0
         self.attempts = self.conflicts = self.unknowns = self.catalog_commits = self.helped = self.group = 0
+
+    def note(self, ctx: CommitContext, what: str) -> None:
+        """Log a progress line at INFO if the commit has been waiting for another PROGRESS_EVERY_S."""
+        now = ctx.now()
+        if now - self.noted < PROGRESS_EVERY_S:
+            return
+        self.noted = now
+        logger.info(
+            "fencedlake: commit on %s still %s after %.0fs (catalog attempts %d, conflicts absorbed %d, "
+            "unknown outcomes %d)",
+            ctx.port.name,
+            what,
+            now - self.t0,
+            self.attempts,
+            self.conflicts,
+            self.unknowns,
+        )
 
 
 def _fenced_before_put(state: CommittedState, entry: WalEntry) -> str | None:
@@ -349,12 +371,14 @@ def _drive(ctx: CommitContext, entry: WalEntry, seq: int, view: TableView, progr
                     f"is durable but position {plan.state.upper} is missing; it will be applied once the gap is "
                     f"resolved (see `fencedlake status {ctx.port.name}`)",
                 )
+            progress.note(ctx, f"waiting for missing WAL position {plan.state.upper} (ours: {seq})")
             ctx.sleep(_backoff(ctx, waits))
             view = _reload(ctx, progress)
             continue
         view, landed = _commit_plan(ctx, view, plan, pending, entry, progress)
         if landed is not None and mine is not None:
             return _finish(ctx, progress, seq, mine.outcome, mine.detail, by_peer=False)
+        progress.note(ctx, f"committing WAL seq {seq} behind concurrent commits")
         if ctx.now() > deadline:
             raise _unknown(
                 ctx,
@@ -376,17 +400,21 @@ def _commit_plan(
     progress.attempts += 1
     ours = {s for s in plan.apply if pending[s].token == entry.token}
     helped = len(plan.apply) - len(ours)
+    metrics = {
+        "lat": int((ctx.now() - progress.t0) * 1000),
+        "att": progress.attempts,
+        "conf": progress.conflicts,
+        "grp": len(plan.decisions),
+        "apl": len(plan.apply),
+        "help": helped,
+    }
+    slow = sum(1 for s in plan.apply if pending[s].untuned)
+    if slow:  # applied writes that ran with Spark's per-row Arrow batch check on (spark.tuning)
+        metrics["slow"] = slow
     record = CommitRecord(
         first=plan.base.upper,
         outcomes=tuple((d.token[:TOKEN_CHARS], d.outcome.value) for d in plan.decisions),
-        metrics={
-            "lat": int((ctx.now() - progress.t0) * 1000),
-            "att": progress.attempts,
-            "conf": progress.conflicts,
-            "grp": len(plan.decisions),
-            "apl": len(plan.apply),
-            "help": helped,
-        },
+        metrics=metrics,
     )
     try:
         failpoints.hit("commit.before-catalog-commit")
@@ -413,10 +441,11 @@ def _reload(ctx: CommitContext, progress: _Progress) -> TableView:
             return ctx.load()
         except FencedLakeError:
             raise
-        except Exception:  # the catalog's database/transport errors: retry until the deadline
+        except Exception as e:  # the catalog's database/transport errors: retry until the deadline
             failures += 1
             if ctx.now() > progress.t0 + ctx.max_wait_s:
                 raise
+            progress.note(ctx, f"re-reading the table through a catalog outage ({type(e).__name__})")
             ctx.sleep(_backoff(ctx, failures))
 
 

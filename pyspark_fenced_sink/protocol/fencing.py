@@ -129,7 +129,9 @@ def stream_epoch(ctx: CommitContext, state: CommittedState, writer_id: str, run:
     if current is not None and current.epoch > registered:
         raise FencedWriterError(
             f"writer {writer_id!r} run {run} (epoch {registered}) was fenced by epoch {current.epoch} "
-            f"(run {current.run}) at WAL seq {current.epoch}; stop this incarnation"
+            f"(run {current.run}) at WAL seq {current.epoch}; stop this incarnation",
+            writer=writer_id,
+            seq=current.epoch,
         )
     return registered
 

@@ -29,6 +29,8 @@ _HINTS = {
     Outcome.QUERY_MISMATCH: "a writer.id belongs to one streaming query (checkpoint); use a new writer.id",
     Outcome.EXPIRED: "the write outlived gc's grace period; rerun it (or raise gc's --grace for long jobs)",
     Outcome.SPEC_CHANGED: "the table's partition spec changed while the write ran; rerun it",
+    Outcome.MISSING_FILES: "another tool deleted the write's data files while it was pending; rerun it",
+    Outcome.STALE_BATCH: "the batch id is older than the ids the table still tracks; use a new batch id",
 }
 
 
@@ -42,6 +44,7 @@ def data_entry(
     strict: bool = False,
     rows: int = 0,
     spec_id: int | None = None,
+    untuned: bool = False,
 ) -> WalEntry:
     """The data entry of a write by ``identity``."""
     return WalEntry(
@@ -54,6 +57,7 @@ def data_entry(
         files=tuple(files),
         rows=rows,
         spec_id=spec_id,
+        untuned=untuned,
         writer=identity.writer,
         ephemeral=identity.ephemeral,
         epoch=identity.epoch,
@@ -66,10 +70,12 @@ def raise_for_outcome(result: CommitResult, table: str) -> None:
     """Raise the user-facing error for a failed outcome; return for success."""
     if result.outcome.succeeded:
         return
+    facts = {"table": table, "seq": result.seq, "outcome": result.outcome.name}
     if result.outcome is Outcome.FENCED:
-        raise FencedWriterError(f"table {table}: {result.detail}; stop this incarnation (not retryable)")
+        raise FencedWriterError(f"table {table}: {result.detail}; stop this incarnation (not retryable)", **facts)
     raise WriteRejectedError(
-        f"table {table}: write rejected at WAL seq {result.seq}: {result.detail}; {_HINTS.get(result.outcome, '')}"
+        f"table {table}: write rejected at WAL seq {result.seq}: {result.detail}; {_HINTS.get(result.outcome, '')}",
+        **facts,
     )
 
 

@@ -97,13 +97,15 @@ def rebuild_state(ctx: CommitContext, table_uuid: str, root: str) -> tuple[Rebui
             what = "WAL object" if entry is None else "commit record (its snapshot expired)"
             raise TableStateError(
                 f"table {ctx.port.name}: cannot rebuild the state: position {seq} has no {what} and no checkpoint "
-                f"covers it; restore the {'object' if entry is None else 'state'} from a backup"
+                f"covers it; restore the {'object' if entry is None else 'state'} from a backup",
+                table=ctx.port.name,
             )
         token, code = found
         if token != entry.token[:TOKEN_CHARS]:
             raise TableStateError(
                 f"table {ctx.port.name}: cannot rebuild the state: the commit record of position {seq} names token "
-                f"{token} but the WAL object holds {entry.token[:TOKEN_CHARS]}"
+                f"{token} but the WAL object holds {entry.token[:TOKEN_CHARS]}",
+                table=ctx.port.name,
             )
         expired = transition(writers, expired, seq, entry, Outcome(code))
     rebuilt = replace(state, upper=upper, writers=writers, expired_before=expired)
@@ -124,4 +126,6 @@ def repair_state(ctx: CommitContext, table_uuid: str, root: str, *, dry_run: boo
             return rebuilt
         except CommitConflict:
             continue
-    raise TableStateError(f"table {ctx.port.name}: repair-state kept conflicting with concurrent commits; retry")
+    raise TableStateError(
+        f"table {ctx.port.name}: repair-state kept conflicting with concurrent commits; retry", table=ctx.port.name
+    )

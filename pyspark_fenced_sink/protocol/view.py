@@ -82,7 +82,7 @@ def bind(view: TableView, name: str) -> TableView:
     """
     uuid, state = view.table_uuid, view.state
     if view.state_error is not None:
-        raise TableStateError(f"table {name}: {view.state_error}; {_repair_hint(name)}")
+        raise TableStateError(f"table {name}: {view.state_error}; {_repair_hint(name)}", table=name)
     if uuid is None:
         return view
     if view.fresh:
@@ -90,20 +90,23 @@ def bind(view: TableView, name: str) -> TableView:
             raise TableStateError(
                 f"table {name} has no {STATE_PROPERTY} property but its snapshots carry fencedlake commit "
                 f"records up to WAL position {view.recorded_upper - 1}: the property was removed or rewritten "
-                f"by another tool, and reading the table as fresh would apply its log again; {_repair_hint(name)}"
+                f"by another tool, and reading the table as fresh would apply its log again; {_repair_hint(name)}",
+                table=name,
             )
         root = control_root(view.location or "", uuid)
         return replace(view, state=replace(state, table_uuid=uuid, root=root))
     if state.table_uuid != uuid:
         raise TableStateError(
             f"table {name} (uuid {uuid}) carries a {STATE_PROPERTY} property of table {state.table_uuid}: "
-            f"it was copied from another table; {_repair_hint(name)}"
+            f"it was copied from another table; {_repair_hint(name)}",
+            table=name,
         )
     if view.recorded_upper is not None and state.upper < view.recorded_upper:
         raise TableStateError(
             f"table {name}: {STATE_PROPERTY} says upper {state.upper} but a commit record covers WAL positions "
             f"up to {view.recorded_upper - 1}: the property was edited or restored from old metadata; "
-            f"{_repair_hint(name)}"
+            f"{_repair_hint(name)}",
+            table=name,
         )
     return view
 

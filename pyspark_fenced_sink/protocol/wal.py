@@ -123,6 +123,7 @@ class WalEntry:
         rows: Rows in ``files`` (informational).
         spec_id: The partition spec the files were written with.
         reason: For ``skip`` entries: the operator's reason.
+        untuned: The write ran at Spark's untuned Arrow setting (informational; commit metrics count it).
     """
 
     kind: EntryKind
@@ -142,6 +143,7 @@ class WalEntry:
     rows: int = 0
     spec_id: int | None = None
     reason: str | None = None
+    untuned: bool = False
 
     def __post_init__(self) -> None:
         # Callers may pass the enums' string values (``mode="overwrite"``); store the enums.
@@ -171,6 +173,7 @@ def encode_entry(entry: WalEntry) -> bytes:
         "rows": entry.rows or None,
         "spec_id": entry.spec_id,
         "reason": entry.reason,
+        "untuned": entry.untuned or None,
     }
     body.update({k: v for k, v in optional.items() if v is not None})
     return dumps(body).encode()
@@ -199,6 +202,7 @@ def decode_entry(data: bytes, key: str = "?") -> WalEntry:
             rows=int(body.get("rows", 0)),
             spec_id=_opt_int(body.get("spec_id")),
             reason=None if body.get("reason") is None else str(body["reason"]),
+            untuned=bool(body.get("untuned", False)),
         )
     except MALFORMED as e:
         seq = seq_of(key)

@@ -14,6 +14,7 @@ from typing import Any
 from pyspark.sql.datasource import DataSourceArrowWriter
 
 from pyspark_fenced_sink import failpoints
+from pyspark_fenced_sink.errors import marked_errors
 from pyspark_fenced_sink.spark.driver import WritePlan, abort_files, commit_files, plan_write
 from pyspark_fenced_sink.spark.messages import FencedLakeCommitMessage, task_message
 
@@ -29,16 +30,19 @@ class FencedLakeBatchWriter(DataSourceArrowWriter):
     @classmethod
     def open(cls, options: Any, schema: Any, overwrite: bool) -> FencedLakeBatchWriter:
         """Plan the write on the driver: validate, resolve the table, open the writer."""
-        return cls(plan_write(options, schema, overwrite, streaming=False))
+        with marked_errors():
+            return cls(plan_write(options, schema, overwrite, streaming=False))
 
     def write(self, iterator: Iterator[Any]) -> FencedLakeCommitMessage:
         """Write this task's rows as Iceberg data files (executor)."""
         failpoints.configure(self.plan.opts.failpoints)
-        return task_message(self.plan.spec, iterator)
+        with marked_errors():
+            return task_message(self.plan.spec, iterator)
 
     def commit(self, messages: Sequence[FencedLakeCommitMessage | None]) -> None:  # type: ignore[override]
         """Commit every task's files in one fenced, exactly-once commit (driver)."""
-        commit_files(self.plan, messages)
+        with marked_errors():
+            commit_files(self.plan, messages)
 
     def abort(self, messages: Sequence[FencedLakeCommitMessage | None]) -> None:  # type: ignore[override]
         """Remove the tasks' files unless a commit may reference them (driver)."""

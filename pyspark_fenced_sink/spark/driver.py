@@ -26,6 +26,7 @@ from pyspark_fenced_sink.protocol.fencing import WriterIdentity
 from pyspark_fenced_sink.protocol.filetag import FileTag, table_tag
 from pyspark_fenced_sink.protocol.wal import WriteMode, encoded_path
 from pyspark_fenced_sink.spark.messages import FencedLakeCommitMessage
+from pyspark_fenced_sink.spark.tuning import ARROW_MAX_BYTES_PER_BATCH
 from pyspark_fenced_sink.write.task import WriteSpec
 
 __all__ = ["WritePlan", "abort_files", "commit_files", "plan_write"]
@@ -121,7 +122,17 @@ def commit_files(
     collected = [m for m in messages if m is not None]
     files = [f for m in collected for f in m.files]
     rows = sum(m.rows for m in collected)
+    untuned = any(m.untuned for m in collected)
     opts = plan.opts
+    if untuned:
+        logger.warning(
+            "fencedlake: the write to %s ran with Spark's per-row Arrow batch size check on "
+            "(%s at Spark's default): Python sinks write at about half speed that way; call "
+            "pyspark_fenced_sink.tune_session(spark) once, or pass --conf %s=2147483647",
+            opts.table,
+            ARROW_MAX_BYTES_PER_BATCH,
+            ARROW_MAX_BYTES_PER_BATCH,
+        )
     # The one catalog read before the WAL put: the base view and the table location.
     opened = open_table(
         opts.catalog, opts.table, max_wait_ms=opts.commit_max_wait_ms, max_group=opts.commit_max_group_size
@@ -131,7 +142,8 @@ def commit_files(
         raise TableChangedError(
             f"table {opts.table} is now table {view.table_uuid}, not {plan.spec.table_uuid} that this write was "
             "planned for: it was dropped and re-created, or renamed and replaced, while the write ran; nothing was "
-            "committed, re-run the write"
+            "committed, re-run the write",
+            table=opts.table,
         )
     if plan.identity is not None:
         identity, query, strict, batch = plan.identity, None, False, opts.batch_id
@@ -154,6 +166,7 @@ def commit_files(
         strict=strict,
         rows=rows,
         spec_id=plan.spec.spec_id,
+        untuned=untuned,
     )
     result = finish_write(ctx, entry, _remover(opened.table), view=view)
     marker.unlink(missing_ok=True)

@@ -14,6 +14,7 @@ from typing import Any
 
 from pyspark.sql.datasource import WriterCommitMessage
 
+from pyspark_fenced_sink.spark.tuning import ARROW_MAX_BYTES_PER_BATCH, batch_check_active
 from pyspark_fenced_sink.write.task import WriteSpec, task_info_from_spark, write_task
 
 __all__ = ["FencedLakeCommitMessage", "spark_run_ids", "task_message"]
@@ -31,6 +32,7 @@ class FencedLakeCommitMessage(WriterCommitMessage):
         attempt: Spark task attempt id.
         run: Streaming run id (Spark's runId, the job group of the micro-batch), if any.
         query: Streaming query id (stable across restarts), if any.
+        untuned: The task ran with Spark's per-row Arrow batch size check on (``tune_session`` not applied).
     """
 
     files: tuple[dict[str, Any], ...] = ()
@@ -40,6 +42,7 @@ class FencedLakeCommitMessage(WriterCommitMessage):
     attempt: int = 0
     run: str | None = None
     query: str | None = None
+    untuned: bool = False
 
 
 def task_message(spec: WriteSpec, batches: Iterator[Any]) -> FencedLakeCommitMessage:
@@ -48,8 +51,16 @@ def task_message(spec: WriteSpec, batches: Iterator[Any]) -> FencedLakeCommitMes
     result = write_task(spec, batches, task)
     run, query = spark_run_ids() if spec.streaming else (None, None)
     return FencedLakeCommitMessage(
-        result.files, result.rows, result.bytes, task.partition_id, task.attempt_id, run, query
+        result.files, result.rows, result.bytes, task.partition_id, task.attempt_id, run, query, _untuned()
     )
+
+
+def _untuned() -> bool:
+    """True if this task's session left Spark's per-row Arrow batch size check on (spark.tuning)."""
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    return ctx is not None and batch_check_active(ctx.getLocalProperty(ARROW_MAX_BYTES_PER_BATCH))
 
 
 def spark_run_ids() -> tuple[str | None, str | None]:

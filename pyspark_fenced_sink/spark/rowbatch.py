@@ -17,7 +17,7 @@ does, so a row written through either path stores the same instant.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import pyarrow as pa
@@ -54,7 +54,7 @@ def _value(value: Any, data_type: Any) -> Any:
     if value is None:
         return None
     if isinstance(data_type, TimestampType):
-        return value.astimezone(timezone.utc) if isinstance(value, datetime) and value.tzinfo is None else value
+        return value.astimezone(UTC) if isinstance(value, datetime) and value.tzinfo is None else value
     if isinstance(data_type, StructType):
         return {f.name: _value(value[i], f.dataType) for i, f in enumerate(data_type.fields)}
     if isinstance(data_type, ArrayType):

@@ -22,6 +22,7 @@ from typing import Any
 import pyspark.sql.datasource as _spark_ds
 
 from pyspark_fenced_sink import failpoints
+from pyspark_fenced_sink.errors import marked_errors
 from pyspark_fenced_sink.spark.driver import WritePlan, abort_files, commit_files, plan_write
 from pyspark_fenced_sink.spark.messages import FencedLakeCommitMessage, task_message
 from pyspark_fenced_sink.spark.rowbatch import rows_to_batches
@@ -43,17 +44,20 @@ class FencedLakeStreamWriter(_StreamWriterBase):  # type: ignore[misc]
     @classmethod
     def open(cls, options: Any, schema: Any, overwrite: bool) -> FencedLakeStreamWriter:
         """Plan a micro-batch write on the driver (validates; writer.id is required)."""
-        return cls(plan_write(options, schema, overwrite, streaming=True), schema)
+        with marked_errors():
+            return cls(plan_write(options, schema, overwrite, streaming=True), schema)
 
     def write(self, iterator: Iterator[Any]) -> FencedLakeCommitMessage:
         """Write this task's rows of the micro-batch as Iceberg data files (executor)."""
         failpoints.configure(self.plan.opts.failpoints)
         batches = iterator if ARROW_STREAM_WRITER else rows_to_batches(iterator, self.spark_schema)
-        return task_message(self.plan.spec, batches)
+        with marked_errors():
+            return task_message(self.plan.spec, batches)
 
     def commit(self, messages: Sequence[FencedLakeCommitMessage | None], batchId: int) -> None:  # noqa: N803
         """Commit micro-batch ``batchId`` exactly once (driver)."""
-        commit_files(self.plan, messages, batch_id=batchId)
+        with marked_errors():
+            commit_files(self.plan, messages, batch_id=batchId)
 
     def abort(self, messages: Sequence[FencedLakeCommitMessage | None], batchId: int) -> None:  # noqa: N803
         """Remove the micro-batch's files unless a commit may reference them (driver)."""

@@ -30,7 +30,13 @@ import logging
 import re
 from typing import Any
 
-__all__ = ["ARROW_MAX_BYTES_PER_BATCH", "SPARK_DEFAULT_BATCH_BYTES", "UNBOUNDED_BATCH_BYTES", "tune_session"]
+__all__ = [
+    "ARROW_MAX_BYTES_PER_BATCH",
+    "SPARK_DEFAULT_BATCH_BYTES",
+    "UNBOUNDED_BATCH_BYTES",
+    "batch_check_active",
+    "tune_session",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -49,6 +55,15 @@ def _bytes(text: str | None) -> int | None:
     """A Spark byte-size string (``67108864b``, ``64m``, ``64MB``) in bytes; None if not one."""
     match = _SIZE.match(text or "")
     return int(match.group(1)) * _UNITS[match.group(2).lower()] if match else None
+
+
+def batch_check_active(value: str | None) -> bool:
+    """True if Spark's per-row Arrow batch size check runs with this conf value (None: Spark's default).
+
+    Tasks see the session's explicitly set SQL confs as local properties: an
+    untuned session shows None (the 64 MiB default) and the check is on.
+    """
+    return _bytes(value) != UNBOUNDED_BATCH_BYTES if value is not None else True
 
 
 def tune_session(spark: Any, *, force: bool = False) -> dict[str, str]:

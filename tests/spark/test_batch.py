@@ -45,7 +45,7 @@ from tests.spark.support import (
 
 pytestmark = pytest.mark.spark
 
-UTC = dt.timezone.utc
+UTC = dt.UTC
 EPOCH = dt.datetime(1970, 1, 1, tzinfo=UTC)
 
 

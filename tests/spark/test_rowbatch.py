@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from datetime import date, datetime, timezone
+from datetime import UTC, date, datetime
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -70,8 +70,8 @@ def test_rows_become_batches_of_the_schema_with_utc_instants(new_york: Any) -> N
     table = pa.Table.from_batches(batches)
     assert table.num_rows == 2 and table.schema.field("ts").type == pa.timestamp("us", tz="UTC")
     first = table.to_pylist()[0]
-    instant = LOCAL.astimezone(timezone.utc)
-    assert instant == datetime(2026, 3, 1, 17, 30, tzinfo=timezone.utc)
+    instant = LOCAL.astimezone(UTC)
+    assert instant == datetime(2026, 3, 1, 17, 30, tzinfo=UTC)
     assert first["ts"] == instant and first["inner"]["at"] == instant  # nested timestamps too
     assert first["wall"] == LOCAL  # timestamp_ntz keeps the wall clock
     assert first["amount"] == Decimal("12.34") and first["inner"]["tags"] == ["a", "b"]

@@ -72,7 +72,7 @@ PAYLOAD = pa.struct(
         ("attrs", pa.map_(pa.string(), pa.int64())),
     ]
 )
-T0 = dt.datetime(2024, 1, 2, 3, 4, 5, tzinfo=dt.timezone.utc)
+T0 = dt.datetime(2024, 1, 2, 3, 4, 5, tzinfo=dt.UTC)
 
 
 def spark_batch(start: int, n: int, *, large: bool = True) -> pa.RecordBatch:
