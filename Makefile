@@ -6,12 +6,13 @@ VENV ?= .venv
 PY := $(abspath $(VENV))/bin/python
 export VENV
 
-.PHONY: help bootstrap demo test unit integration bench lint clean distclean services-stop
+.PHONY: help bootstrap demo test unit wheel integration bench lint clean distclean services-stop
 
 help:
 	@echo "make demo         set up .venv, then run a local demo write + read"
 	@echo "make test         set up .venv, then run everything CI runs (scripts/test.sh)"
 	@echo "make unit         hermetic tests only (pytest tests)"
+	@echo "make wheel        the built wheel in a fresh venv without extras: batch + stream writes"
 	@echo "make integration  real PostgreSQL + S3 on 127.0.0.1, pytest integration"
 	@echo "make bench        full benchmarks (python -m benchmarks.run --full)"
 	@echo "make lint         ruff + mypy"
@@ -29,6 +30,9 @@ test: bootstrap
 
 unit: bootstrap
 	scripts/test.sh unit
+
+wheel: bootstrap
+	scripts/test.sh wheel
 
 integration: bootstrap
 	scripts/test.sh integration

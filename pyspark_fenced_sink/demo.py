@@ -37,7 +37,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from pyspark_fenced_sink import options
+from pyspark_fenced_sink import activate_session, fencedlake_error, options
 
 __all__ = ["main"]
 
@@ -131,20 +131,11 @@ def _write(spark: Any, warehouse: Path, writer: str, batch: int, rows: int) -> N
     )
 
 
-def _use_session_in_this_thread(spark: Any) -> None:
-    """Make ``spark`` the JVM's active session in the calling thread.
-
-    Spark looks Python data sources up in the *active* session only
-    (``DataSource.lookupDataSource``), and the active session is per JVM
-    thread. With PySpark's pinned threads, a Python thread other than the one
-    that built the session has none, and ``format("fencedlake")`` fails there
-    with DATA_SOURCE_NOT_FOUND. There is no public PySpark call for this.
-    """
-    spark._jvm.org.apache.spark.sql.SparkSession.setActiveSession(spark._jsparkSession)
-
-
 def _error_line(error: BaseException) -> str:
     """The most telling line of an error (Spark wraps the sink's Python error in a Java one)."""
+    typed = fencedlake_error(error)
+    if typed is not None:
+        return f"{type(typed).__name__}: {typed.message}"[:400]
     lines = [ln.strip() for ln in str(error).splitlines() if ln.strip()]
     raised = [ln for ln in lines if re.match(r"^[\w.]+(Error|Exception): ", ln)]
     ours = [ln for ln in raised if "pyspark_fenced_sink" in ln or "fencedlake" in ln.lower()]
@@ -156,7 +147,7 @@ def _error_line(error: BaseException) -> str:
 def _writer_thread(
     spark: Any, warehouse: Path, writer: str, batches: int, rows: int, start: threading.Barrier, progress: _Progress
 ) -> None:
-    _use_session_in_this_thread(spark)
+    activate_session(spark)  # writes from a thread need the session active there (README)
     try:
         start.wait(timeout=120)
     except threading.BrokenBarrierError:

@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # THE test command: `make test` runs it and CI runs `make test` (.ci/run).
 #
-#   scripts/test.sh                    all stages: unit integration bench
+#   scripts/test.sh                    all stages: unit wheel integration bench
 #   scripts/test.sh unit               only `pytest tests`
 #   scripts/test.sh integration bench  any subset, in the given order
 #
 # Stages:
 #   unit         python -m pytest tests            (hermetic: unit, model, Spark local[2])
+#   wheel        scripts/wheel_check.sh            (the built wheel in a fresh venv WITHOUT extras:
+#                                                   imports, console script, batch + thread +
+#                                                   streaming writes through real Spark, read back)
 #   integration  integration/run.sh                (starts PostgreSQL + S3 on 127.0.0.1,
 #                                                   pytest integration, stops them)
 #   bench        python -m benchmarks.run --quick  (smoke run, only if benchmarks/run.py
@@ -42,7 +45,7 @@ OUT="$(mktemp -d "${TMPDIR:-/tmp}/fencedlake-test.XXXXXX")"
 trap 'rm -rf "$OUT"' EXIT
 
 stages=("$@")
-[ "${#stages[@]}" -gt 0 ] || stages=(unit integration bench)
+[ "${#stages[@]}" -gt 0 ] || stages=(unit wheel integration bench)
 
 names=() results=() secs=() counts=()
 failed=0
@@ -91,6 +94,9 @@ for stage in "${stages[@]}"; do
     unit)
         run_stage unit "$OUT/unit.xml" "$PY" -m pytest tests --junitxml="$OUT/unit.xml"
         ;;
+    wheel)
+        run_stage wheel - scripts/wheel_check.sh
+        ;;
     integration)
         run_stage integration "$OUT/integration.xml" integration/run.sh integration --junitxml="$OUT/integration.xml"
         ;;
@@ -103,7 +109,7 @@ for stage in "${stages[@]}"; do
         fi
         ;;
     *)
-        log "unknown stage '$stage' (want: unit integration bench)"
+        log "unknown stage '$stage' (want: unit wheel integration bench)"
         names+=("$stage") results+=("FAILED (unknown stage)") secs+=(0) counts+=("")
         failed=1
         ;;

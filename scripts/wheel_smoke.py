@@ -106,7 +106,7 @@ def main() -> int:
 
     from pyiceberg.catalog.sql import SqlCatalog
 
-    catalog = SqlCatalog("smoke", uri=f"sqlite:///{wh}/catalog.db", warehouse=f"file://{wh}")
+    catalog = SqlCatalog("fencedlake", uri=f"sqlite:///{wh}/catalog.db", warehouse=f"file://{wh}")
     batch_ids = sorted(catalog.load_table("smoke.events").scan().to_arrow().column("id").to_pylist())
     stream_ids = sorted(catalog.load_table("smoke.stream").scan().to_arrow().column("id").to_pylist())
     if batch_ids != list(range(1500)) or stream_ids != list(range(5000, 5300)):

@@ -425,7 +425,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit status."""
     args = _parser().parse_args(argv)
     try:
-        return _COMMANDS[args.command](args)
+        code = _COMMANDS[args.command](args)
+        sys.stdout.flush()  # inside the try: a reader that went away (`| head`) is a broken pipe, not a traceback
+        return code
     except BrokenPipeError:  # e.g. `fencedlake wal T | head`: the reader is gone; end quietly
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())

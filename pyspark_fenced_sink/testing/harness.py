@@ -28,7 +28,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from pyspark_fenced_sink.options import WRITER_BATCH_ID, WRITER_ID, CatalogConfig, parse_options
+from pyspark_fenced_sink.options import TABLE, WAREHOUSE, WRITER_BATCH_ID, WRITER_ID, CatalogConfig, parse_options
 from pyspark_fenced_sink.spark.driver import WritePlan, abort_files, commit_files, plan_write
 from pyspark_fenced_sink.spark.messages import FencedLakeCommitMessage
 from pyspark_fenced_sink.write.task import TaskInfo, write_task
@@ -91,12 +91,12 @@ def rows(writer: str, start: int, count: int) -> pa.Table:
 
 def target_options(target: Target) -> dict[str, str]:
     """The sink options that select ``target``'s catalog."""
-    return {"warehouse": target} if isinstance(target, str) else dict(target)
+    return {WAREHOUSE: target} if isinstance(target, str) else dict(target)
 
 
 def catalog_of(target: Target) -> CatalogConfig:
     """The validated catalog configuration of ``target``."""
-    return parse_options({**target_options(target), "table": "harness.any"}).catalog
+    return parse_options({**target_options(target), TABLE: "harness.any"}).catalog
 
 
 def open_catalog(target: Target) -> Any:
@@ -121,7 +121,7 @@ def postgres_target(uri: str, warehouse: str) -> dict[str, str]:
 def _options(
     target: Target, table: str, options: Mapping[str, Any] | None, keywords: Mapping[str, Any]
 ) -> dict[str, str]:
-    out = {**target_options(target), "table": table}
+    out = {**target_options(target), TABLE: table}
     out.update({str(k): str(v) for k, v in (options or {}).items()})
     out.update({_KEYWORDS.get(k, k.replace("_", "-")): str(v) for k, v in keywords.items()})
     return out

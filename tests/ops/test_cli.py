@@ -61,7 +61,7 @@ def test_status_reports_upper_writers_pending_and_commits(wh: str, capsys: pytes
         (3, "at", "next commit: APPLIED")
     ]
     assert [c["seqs"] for c in body["recent_commits"]] == ["1-2", "0-0"]
-    assert body["recent_commits"][0]["group"] == "2" and body["recent_commits"][0]["applied"] == "1"
+    assert body["recent_commits"][0]["group"] == 2 and body["recent_commits"][0]["applied"] == 1  # numbers, not strings
 
 
 def test_status_text_output_is_a_readable_table(wh: str, capsys: pytest.CaptureFixture[str]) -> None:

@@ -101,3 +101,17 @@ def test_an_outage_past_the_deadline_is_outcome_unknown_and_the_next_writer_appl
     result = commit_entry(peer, _entry(peer, "peer"))
     assert result.outcome is Outcome.APPLIED and result.helped == 1
     assert sorted(str(f["p"]) for f in table.files) == ["data/peer.parquet", "data/victim.parquet"]
+
+
+def test_a_commit_that_waits_logs_a_progress_line_every_few_seconds(caplog: pytest.LogCaptureFixture) -> None:
+    """Riding out an outage, the writer says so at INFO -- at most once per PROGRESS_EVERY_S, not per retry."""
+    from pyspark_fenced_sink.protocol.commit import PROGRESS_EVERY_S
+
+    table, store, clock = MemoryTable(), MemoryStore(), Clock()
+    port = FlakyPort(table, outage=60)
+    ctx = _ctx(table, store, port, clock, max_wait_s=600)
+    with caplog.at_level("INFO", logger="pyspark_fenced_sink"):
+        assert commit_entry(ctx, _entry(ctx, "a")).outcome is Outcome.APPLIED
+    lines = [r.getMessage() for r in caplog.records if "still" in r.getMessage()]
+    assert lines and all("through a catalog outage" in line and "DatabaseDown" in line for line in lines)
+    assert len(lines) <= clock.t / PROGRESS_EVERY_S + 1 < port.failed_loads  # rate-limited, not one per retry

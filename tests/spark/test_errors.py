@@ -54,7 +54,8 @@ def _caught(call: Callable[[], Any]) -> FencedLakeError:
 
 def _frame(spark: Any, start: int, count: int, id_type: str = "long") -> Any:
     return spark.range(start, start + count).selectExpr(
-        f"CAST(IF(id < 0, NULL, id) AS {id_type}) AS id", "'x' AS source"
+        f"CAST(IF(id < 0, NULL, id) AS {id_type}) AS id",
+        "IF(id < 0, NULL, 'x') AS source",  # both nullable
     )
 
 
@@ -93,6 +94,18 @@ def _wait_for_barrier(wh: str, table: str, writer: str) -> None:
     raise AssertionError(f"writer {writer} never opened")
 
 
+def _paused_before_its_wal_put(spark: Any, wh: str, table: str, meanwhile: Callable[[], None]) -> Any:
+    """Writer "etl" opens and pauses before its WAL put while ``meanwhile`` runs; the typed error it raised."""
+    _save(_frame(spark, 0, 3), wh, table)
+    options = {"writer.id": "etl", "test.failpoints": "commit.before-wal-put=sleep:4000"}
+    thread, errors = _in_thread(spark, lambda: _save(_frame(spark, 10, 3), wh, table, **options))
+    _wait_for_barrier(wh, table, "etl")
+    meanwhile()
+    thread.join(120)
+    [raised] = errors
+    return fencedlake_error(raised)
+
+
 # ---------------------------------------------------------------------------------------------- batch
 
 
@@ -111,43 +124,19 @@ def test_batch_schema_mismatch_is_typed(spark: Any, tmp_path: Path) -> None:
 def test_batch_fenced_writer_is_typed_with_its_fields(spark: Any, tmp_path: Path) -> None:
     """A running job is fenced by an operator between its open and its WAL put: FencedWriterError, with seq."""
     wh, table = str(tmp_path), "db.fenced"
-    _save(_frame(spark, 0, 3), wh, table)
-    thread, errors = _in_thread(
-        spark,
-        lambda: _save(
-            _frame(spark, 10, 3),
-            wh,
-            table,
-            **{"writer.id": "etl", "test.failpoints": "commit.before-wal-put=sleep:4000"},
-        ),
-    )
-    _wait_for_barrier(wh, table, "etl")
-    fence_writer(open_target(wh, table).ctx, "etl")
-    thread.join(120)
-    [raised] = errors
-    err = fencedlake_error(raised)
+    err = _paused_before_its_wal_put(spark, wh, table, lambda: fence_writer(open_target(wh, table).ctx, "etl"))
     assert isinstance(err, FencedWriterError) and err.fields["table"] == table and err.fields["outcome"] == "FENCED"
 
 
 def test_batch_write_rejected_after_a_spec_change_is_typed(spark: Any, tmp_path: Path) -> None:
     """Another engine changes the partition spec while the write runs: WriteRejectedError, outcome SPEC_CHANGED."""
     wh, table = str(tmp_path), "db.spec"
-    _save(_frame(spark, 0, 3), wh, table)
-    thread, errors = _in_thread(
-        spark,
-        lambda: _save(
-            _frame(spark, 10, 3),
-            wh,
-            table,
-            **{"writer.id": "etl", "test.failpoints": "commit.before-wal-put=sleep:4000"},
-        ),
-    )
-    _wait_for_barrier(wh, table, "etl")
-    with embedded_catalog(wh).load_table(table).update_spec() as update:
-        update.add_identity("source")
-    thread.join(120)
-    [raised] = errors
-    err = fencedlake_error(raised)
+
+    def add_a_partition_field() -> None:
+        with embedded_catalog(wh).load_table(table).update_spec() as update:
+            update.add_identity("source")
+
+    err = _paused_before_its_wal_put(spark, wh, table, add_a_partition_field)
     assert isinstance(err, WriteRejectedError) and err.fields["outcome"] == "SPEC_CHANGED"
 
 

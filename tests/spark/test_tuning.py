@@ -10,6 +10,7 @@ a Python data source's writer, the path that feeds ``format("fencedlake")``
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -75,7 +76,6 @@ def test_tuning_is_per_session(spark: Any, session: Any) -> None:
 
 def _batch_sizes(session: Any, rows: int, row_bytes: int, marker: Path) -> list[int]:
     """Row counts of the Arrow batches a Python data source's writer receives for ``rows`` wide rows (one task)."""
-    import json
     from dataclasses import dataclass
 
     from pyspark.sql import functions as F  # noqa: N812 - Spark's convention
@@ -135,3 +135,49 @@ def test_a_tuned_session_writes_every_row_once(session: Any, tmp_path: Path) -> 
     assert len(ids) == 25_000
     assert sorted(ids) == list(range(25_000))
     assert all(s == f"row-{i}" + "y" * 200 for i, s in zip(ids, table.column("s").to_pylist(), strict=True))
+
+
+def _untuned_counts(wh: str, table: str) -> list[int]:
+    """Per recent fencedlake commit (newest first): how many applied writes ran untuned (commit metrics)."""
+    from pyspark_fenced_sink.ops.inspect import recent_commits
+
+    commits = recent_commits(embedded_catalog(wh).load_table(table), 10)
+    return [int(c["untuned"]) for c in commits if c["seqs"] is not None]
+
+
+def test_an_untuned_write_is_recorded_in_its_commit_and_a_tuned_one_is_not(
+    session: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Tasks see the session's explicitly set SQL confs; Spark's default reads as untuned."""
+    from pyspark_fenced_sink.ops.cli import main
+
+    wh = str(tmp_path)
+    session.range(0, 100, 1, 2).write.format("fencedlake").mode("append").option("warehouse", wh).save("db.flag")
+    assert _untuned_counts(wh, "db.flag") == [1]
+    tune_session(session)
+    session.range(100, 200, 1, 2).write.format("fencedlake").mode("append").option("warehouse", wh).save("db.flag")
+    assert _untuned_counts(wh, "db.flag") == [0, 1]
+    assert main(["status", "db.flag", "--warehouse", wh, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["untuned_writes_in_recent_commits"] == 1
+    assert main(["status", "db.flag", "--warehouse", wh]) == 0
+    assert "tune_session(spark)" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("untuned", [True, False])
+def test_the_driver_warns_once_per_untuned_write(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, untuned: bool
+) -> None:
+    """The commit logs one warning naming the fix when any task reported the untuned setting."""
+    from dataclasses import replace
+
+    from pyspark_fenced_sink.testing.harness import commit, plan, rows, write_tasks
+
+    p = plan(str(tmp_path), "db.warned")
+    messages = [replace(m, untuned=untuned) for m in write_tasks(p, rows("w", 0, 10))]
+    with caplog.at_level("WARNING", logger="pyspark_fenced_sink"):
+        commit(p, messages)
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    if untuned:
+        assert len(warnings) == 1 and "tune_session(spark)" in warnings[0] and "db.warned" in warnings[0]
+    else:
+        assert warnings == []
