@@ -7,7 +7,10 @@ durable) and returns only when that entry's outcome is known:
 4. reconcile the pending entries from the committed upper on (``reconcile``);
 5. make ONE catalog commit that applies every pending entry it can — its own
    and its peers' (group commit) — and advances the committed state, guarded
-   by a compare-and-swap on the table's current snapshot (``TablePort``);
+   by a compare-and-swap on the table's current snapshot (``TablePort``); if
+   the catalog side refuses the commit's head entry on that version
+   (``replace.EntryRefused``), the entry is decided REFUSED and that decision
+   is committed instead;
 6. report the outcome: applied, duplicate (success), fenced or rejected
    (errors); or, if the outcome cannot be known, CommitOutcomeUnknownError —
    the entry stays durable and the next committer applies it.
@@ -42,6 +45,7 @@ from pyspark_fenced_sink.errors import (
 )
 from pyspark_fenced_sink.options import COMMIT_MAX_GROUP_SIZE_DEFAULT, COMMIT_MAX_WAIT_MS_DEFAULT
 from pyspark_fenced_sink.protocol.reconcile import Outcome, Position, ReconcilePlan, position, reconcile
+from pyspark_fenced_sink.protocol.replace import EntryRefused
 from pyspark_fenced_sink.protocol.state import CommitRecord, CommittedState
 from pyspark_fenced_sink.protocol.view import TableIdentity, TableView, bind
 from pyspark_fenced_sink.protocol.wal import TOKEN_CHARS, EntryKind, Wal, WalEntry, encoded_path
@@ -92,6 +96,8 @@ class TablePort(Protocol):
         Raises:
             CommitConflict: the table is no longer at ``base`` (nothing landed).
             CommitUnknown: the outcome is unknown.
+            EntryRefused: the plan's head entry cannot be applied on ``base`` (nothing was sent;
+                ``seq`` names the entry).
         """
 
     def find_record(self, view: TableView, seq: int) -> CommitRecord | None:
@@ -314,10 +320,33 @@ def _missing_files(ctx: CommitContext, pending: Mapping[int, WalEntry]) -> set[i
     return {s for s, e in old.items() if not all(ctx.file_exists(encoded_path(f)) for f in e.files)}
 
 
+class _Refusals:
+    """Entries the catalog side refused to apply, valid for the one table version they were found on."""
+
+    def __init__(self) -> None:
+        self.version: str | None = None
+        self.reasons: dict[int, str] = {}
+
+    def at(self, view: TableView) -> dict[int, str]:
+        """The refusals found on ``view``'s version (forgotten when the version changes)."""
+        if view.version != self.version:
+            self.version, self.reasons = view.version, {}
+        return self.reasons
+
+    def add(self, view: TableView, plan: ReconcilePlan, refusal: EntryRefused) -> None:
+        """Record ``refusal`` of ``plan``'s head entry on ``view``."""
+        seq = plan.head if refusal.seq is None else refusal.seq
+        reasons = self.at(view)
+        if seq is None or seq in reasons:  # the port refused an entry the plan does not apply: a bug, not a loop
+            raise RuntimeError(f"table port refused WAL seq {seq} twice on one version: {refusal.reason}")
+        reasons[seq] = refusal.reason
+
+
 def _drive(ctx: CommitContext, entry: WalEntry, seq: int, view: TableView, progress: _Progress) -> CommitResult:
     cache: dict[int, WalEntry] = {seq: entry}
     known_last: int | None = seq  # first attempt: our own scan already covered [upper, seq]
     deadline = progress.t0 + ctx.max_wait_s
+    refusals = _Refusals()
     waits = 0
     while True:
         if position(seq, view.state.upper) is Position.BELOW:
@@ -343,7 +372,14 @@ def _drive(ctx: CommitContext, entry: WalEntry, seq: int, view: TableView, progr
         pending = _read_pending(ctx, view.state.upper, known_last, cache)
         known_last = None
         missing = _missing_files(ctx, pending)
-        plan = reconcile(view.state, pending, max_group=ctx.max_group, spec_id=view.spec_id, missing=missing)
+        plan = reconcile(
+            view.state,
+            pending,
+            max_group=ctx.max_group,
+            spec_id=view.spec_id,
+            missing=missing,
+            refused=refusals.at(view),
+        )
         mine = plan.decision_for(seq)
         # A data entry decided without applying anything up to it, from the committed state alone: the outcome
         # is final at this version, so no commit is needed. A decision that used facts outside the state (the
@@ -375,7 +411,11 @@ def _drive(ctx: CommitContext, entry: WalEntry, seq: int, view: TableView, progr
             ctx.sleep(_backoff(ctx, waits))
             view = _reload(ctx, progress)
             continue
-        view, landed = _commit_plan(ctx, view, plan, pending, entry, progress)
+        try:
+            view, landed = _commit_plan(ctx, view, plan, pending, entry, progress)
+        except EntryRefused as e:  # decided REFUSED on this version: re-plan and commit that decision
+            refusals.add(view, plan, e)
+            continue
         if landed is not None and mine is not None:
             return _finish(ctx, progress, seq, mine.outcome, mine.detail, by_peer=False)
         progress.note(ctx, f"committing WAL seq {seq} behind concurrent commits")
@@ -478,15 +518,26 @@ def recover(ctx: CommitContext) -> list[CommitRecord]:
     progress = _Progress(t0=ctx.now())
     cache: dict[int, WalEntry] = {}
     nobody = WalEntry(kind=EntryKind.DATA, token="", writer="")
+    refusals = _Refusals()
     view = ctx.load()
     while ctx.now() <= progress.t0 + ctx.max_wait_s:
         pending = _read_pending(ctx, view.state.upper, None, cache)
+        missing = _missing_files(ctx, pending)
         plan = reconcile(
-            view.state, pending, max_group=ctx.max_group, spec_id=view.spec_id, missing=_missing_files(ctx, pending)
+            view.state,
+            pending,
+            max_group=ctx.max_group,
+            spec_id=view.spec_id,
+            missing=missing,
+            refused=refusals.at(view),
         )
         if not plan.decisions:
             return records
-        view, landed = _commit_plan(ctx, view, plan, pending, nobody, progress)
+        try:
+            view, landed = _commit_plan(ctx, view, plan, pending, nobody, progress)
+        except EntryRefused as e:
+            refusals.add(view, plan, e)
+            continue
         if landed is not None:
             records.append(landed)
     raise CommitOutcomeUnknownError(

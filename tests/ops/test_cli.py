@@ -61,7 +61,7 @@ def test_status_reports_upper_writers_pending_and_commits(wh: str, capsys: pytes
         (3, "at", "next commit: APPLIED")
     ]
     assert [c["seqs"] for c in body["recent_commits"]] == ["1-2", "0-0"]
-    assert body["recent_commits"][0]["group"] == "2" and body["recent_commits"][0]["applied"] == "1"
+    assert body["recent_commits"][0]["group"] == 2 and body["recent_commits"][0]["applied"] == 1
 
 
 def test_status_text_output_is_a_readable_table(wh: str, capsys: pytest.CaptureFixture[str]) -> None:
@@ -275,3 +275,42 @@ def test_help_says_what_each_command_does(command: str) -> None:
         "repair-state": "newest checkpoint gc kept",
     }
     assert words[command] in " ".join(out.split())
+
+
+def _main_ids(wh: str) -> list[int]:
+    return table_ids(wh, TABLE)
+
+
+def test_publish_fast_forwards_main_and_prints_both_heads(wh: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """publish TABLE BRANCH moves main to the branch (a WAL entry, committed) and reports the snapshots."""
+    sink_write(wh, TABLE, rows("c", 20, 5), branch="audit")
+    code, body, _ = _run(capsys, "publish", TABLE, "audit", "--warehouse", wh, "--json")
+    assert code == 0
+    assert body["main_snapshot_id"] != body["branch_snapshot_id"]  # main's head: the publish's record snapshot
+    table = embedded_catalog(wh).load_table(TABLE)
+    assert table.metadata.snapshot_by_id(body["main_snapshot_id"]).parent_snapshot_id == body["branch_snapshot_id"]
+    assert _main_ids(wh) == list(range(25))
+    assert body["published_at_seq"] == CommittedState.decode(table.properties[STATE_PROPERTY]).upper - 1
+
+
+@pytest.mark.parametrize(
+    ("branch", "diverge", "match"),
+    [
+        ("audit", True, "main is not an ancestor of branch 'audit'"),
+        ("nope", False, "branch 'nope' does not exist"),
+        ("main", False, "other than main"),
+    ],
+    ids=["not-a-fast-forward", "missing-branch", "main"],
+)
+def test_publish_refusals_exit_2_and_leave_the_wal_alone(
+    wh: str, capsys: pytest.CaptureFixture[str], branch: str, diverge: bool, match: str
+) -> None:
+    """A publish that would lose main's data (or names no branch) is refused before anything is durable."""
+    sink_write(wh, TABLE, rows("c", 20, 5), branch="audit")
+    if diverge:
+        sink_write(wh, TABLE, rows("d", 30, 5))
+    wal_before = open_table(catalog_config(warehouse=wh), TABLE).ctx.wal.scan(0)
+    code, _, err = _run(capsys, "publish", TABLE, branch, "--warehouse", wh)
+    assert code == 2 and match in err
+    assert open_table(catalog_config(warehouse=wh), TABLE).ctx.wal.scan(0) == wal_before
+    assert 20 not in _main_ids(wh)
