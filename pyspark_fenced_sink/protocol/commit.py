@@ -45,7 +45,7 @@ from pyspark_fenced_sink.errors import (
 )
 from pyspark_fenced_sink.options import COMMIT_MAX_GROUP_SIZE_DEFAULT, COMMIT_MAX_WAIT_MS_DEFAULT
 from pyspark_fenced_sink.protocol.reconcile import Outcome, Position, ReconcilePlan, position, reconcile
-from pyspark_fenced_sink.protocol.replace import EntryRefused
+from pyspark_fenced_sink.protocol.replace import EntryRefused, Refusals
 from pyspark_fenced_sink.protocol.state import CommitRecord, CommittedState
 from pyspark_fenced_sink.protocol.view import TableIdentity, TableView, bind
 from pyspark_fenced_sink.protocol.wal import TOKEN_CHARS, EntryKind, Wal, WalEntry, encoded_path
@@ -320,33 +320,11 @@ def _missing_files(ctx: CommitContext, pending: Mapping[int, WalEntry]) -> set[i
     return {s for s, e in old.items() if not all(ctx.file_exists(encoded_path(f)) for f in e.files)}
 
 
-class _Refusals:
-    """Entries the catalog side refused to apply, valid for the one table version they were found on."""
-
-    def __init__(self) -> None:
-        self.version: str | None = None
-        self.reasons: dict[int, str] = {}
-
-    def at(self, view: TableView) -> dict[int, str]:
-        """The refusals found on ``view``'s version (forgotten when the version changes)."""
-        if view.version != self.version:
-            self.version, self.reasons = view.version, {}
-        return self.reasons
-
-    def add(self, view: TableView, plan: ReconcilePlan, refusal: EntryRefused) -> None:
-        """Record ``refusal`` of ``plan``'s head entry on ``view``."""
-        seq = plan.head if refusal.seq is None else refusal.seq
-        reasons = self.at(view)
-        if seq is None or seq in reasons:  # the port refused an entry the plan does not apply: a bug, not a loop
-            raise RuntimeError(f"table port refused WAL seq {seq} twice on one version: {refusal.reason}")
-        reasons[seq] = refusal.reason
-
-
 def _drive(ctx: CommitContext, entry: WalEntry, seq: int, view: TableView, progress: _Progress) -> CommitResult:
     cache: dict[int, WalEntry] = {seq: entry}
     known_last: int | None = seq  # first attempt: our own scan already covered [upper, seq]
     deadline = progress.t0 + ctx.max_wait_s
-    refusals = _Refusals()
+    refusals = Refusals()
     waits = 0
     while True:
         if position(seq, view.state.upper) is Position.BELOW:
@@ -371,15 +349,7 @@ def _drive(ctx: CommitContext, entry: WalEntry, seq: int, view: TableView, progr
             continue
         pending = _read_pending(ctx, view.state.upper, known_last, cache)
         known_last = None
-        missing = _missing_files(ctx, pending)
-        plan = reconcile(
-            view.state,
-            pending,
-            max_group=ctx.max_group,
-            spec_id=view.spec_id,
-            missing=missing,
-            refused=refusals.at(view),
-        )
+        plan = _plan(ctx, view, pending, refusals)
         mine = plan.decision_for(seq)
         # A data entry decided without applying anything up to it, from the committed state alone: the outcome
         # is final at this version, so no commit is needed. A decision that used facts outside the state (the
@@ -411,11 +381,7 @@ def _drive(ctx: CommitContext, entry: WalEntry, seq: int, view: TableView, progr
             ctx.sleep(_backoff(ctx, waits))
             view = _reload(ctx, progress)
             continue
-        try:
-            view, landed = _commit_plan(ctx, view, plan, pending, entry, progress)
-        except EntryRefused as e:  # decided REFUSED on this version: re-plan and commit that decision
-            refusals.add(view, plan, e)
-            continue
+        view, landed = _commit_plan(ctx, view, plan, pending, entry, progress, refusals)
         if landed is not None and mine is not None:
             return _finish(ctx, progress, seq, mine.outcome, mine.detail, by_peer=False)
         progress.note(ctx, f"committing WAL seq {seq} behind concurrent commits")
@@ -428,6 +394,18 @@ def _drive(ctx: CommitContext, entry: WalEntry, seq: int, view: TableView, progr
             )
 
 
+def _plan(ctx: CommitContext, view: TableView, pending: Mapping[int, WalEntry], refusals: Refusals) -> ReconcilePlan:
+    """Reconcile ``pending`` on ``view`` with the facts outside the state: spec, missing files, refusals."""
+    return reconcile(
+        view.state,
+        pending,
+        max_group=ctx.max_group,
+        spec_id=view.spec_id,
+        missing=_missing_files(ctx, pending),
+        refused=refusals.at(view.version),
+    )
+
+
 def _commit_plan(
     ctx: CommitContext,
     view: TableView,
@@ -435,8 +413,13 @@ def _commit_plan(
     pending: Mapping[int, WalEntry],
     entry: WalEntry,
     progress: _Progress,
+    refusals: Refusals,
 ) -> tuple[TableView, CommitRecord | None]:
-    """One catalog commit attempt: the view to continue from, and the record if it landed."""
+    """One catalog commit attempt: the view to continue from, and the record if it landed.
+
+    A refusal of the plan's head (nothing was sent) is remembered for ``view``: the next plan on it
+    decides the entry REFUSED and commits that decision.
+    """
     progress.attempts += 1
     ours = {s for s in plan.apply if pending[s].token == entry.token}
     helped = len(plan.apply) - len(ours)
@@ -459,6 +442,9 @@ def _commit_plan(
     try:
         failpoints.hit("commit.before-catalog-commit")
         new_view = ctx.port.commit(view, plan, pending, record)
+    except EntryRefused as e:
+        refusals.add(view.version, plan.head, e)
+        return view, None
     except CommitConflict:
         progress.conflicts += 1
         ctx.sleep(_backoff(ctx, progress.conflicts))
@@ -518,26 +504,14 @@ def recover(ctx: CommitContext) -> list[CommitRecord]:
     progress = _Progress(t0=ctx.now())
     cache: dict[int, WalEntry] = {}
     nobody = WalEntry(kind=EntryKind.DATA, token="", writer="")
-    refusals = _Refusals()
+    refusals = Refusals()
     view = ctx.load()
     while ctx.now() <= progress.t0 + ctx.max_wait_s:
         pending = _read_pending(ctx, view.state.upper, None, cache)
-        missing = _missing_files(ctx, pending)
-        plan = reconcile(
-            view.state,
-            pending,
-            max_group=ctx.max_group,
-            spec_id=view.spec_id,
-            missing=missing,
-            refused=refusals.at(view),
-        )
+        plan = _plan(ctx, view, pending, refusals)
         if not plan.decisions:
             return records
-        try:
-            view, landed = _commit_plan(ctx, view, plan, pending, nobody, progress)
-        except EntryRefused as e:
-            refusals.add(view, plan, e)
-            continue
+        view, landed = _commit_plan(ctx, view, plan, pending, nobody, progress, refusals)
         if landed is not None:
             records.append(landed)
     raise CommitOutcomeUnknownError(

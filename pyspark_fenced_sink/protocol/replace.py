@@ -32,7 +32,7 @@ from enum import Enum
 
 from pyspark_fenced_sink.protocol.wal import MAIN_BRANCH, WalEntry, WriteMode
 
-__all__ = ["EntryRefused", "LiveFile", "Match", "check_fast_forward", "removals"]
+__all__ = ["EntryRefused", "LiveFile", "Match", "Refusals", "check_fast_forward", "removals"]
 
 
 class Match(str, Enum):
@@ -69,6 +69,28 @@ class EntryRefused(Exception):
         super().__init__(reason)
         self.reason = reason
         self.seq = seq
+
+
+class Refusals:
+    """The commit loop's memory of refused entries, valid for the one table version they were found on."""
+
+    def __init__(self) -> None:
+        self.version: str | None = None
+        self.reasons: dict[int, str] = {}
+
+    def at(self, version: str) -> dict[int, str]:
+        """The refusals found on ``version`` (all forgotten when the version changes)."""
+        if version != self.version:
+            self.version, self.reasons = version, {}
+        return self.reasons
+
+    def add(self, version: str, head: int | None, refusal: EntryRefused) -> None:
+        """Record ``refusal`` of the entry at ``head`` (the refused plan's first applied entry) on ``version``."""
+        seq = head if refusal.seq is None else refusal.seq
+        reasons = self.at(version)
+        if seq is None or seq in reasons:  # the port refused an entry the plan does not apply: a bug, not a loop
+            raise RuntimeError(f"table port refused WAL seq {seq} twice on one version: {refusal.reason}")
+        reasons[seq] = refusal.reason
 
 
 def removals(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pyspark_fenced_sink.protocol.replace import EntryRefused, LiveFile, Match, check_fast_forward, removals
+from pyspark_fenced_sink.protocol.replace import EntryRefused, LiveFile, Match, Refusals, check_fast_forward, removals
 from pyspark_fenced_sink.protocol.wal import EntryKind, WalEntry, WriteMode
 
 LIVE = [
@@ -103,3 +103,15 @@ def test_publishing_main_is_refused() -> None:
     """There is nothing to publish main to itself."""
     with pytest.raises(EntryRefused, match="other than main"):
         check_fast_forward("main", 1, 1, HISTORY)
+
+
+def test_refusals_hold_for_one_table_version_only() -> None:
+    """A refusal is a fact about one version: a new version forgets it; the same entry twice is a bug."""
+    refusals = Refusals()
+    refusals.add("v1", 4, EntryRefused("straddles"))
+    assert refusals.at("v1") == {4: "straddles"}
+    with pytest.raises(RuntimeError, match="refused WAL seq 4 twice"):
+        refusals.add("v1", 4, EntryRefused("again"))
+    assert refusals.at("v2") == {}
+    refusals.add("v2", 9, EntryRefused("not a fast-forward", seq=7))
+    assert refusals.at("v2") == {7: "not a fast-forward"}
