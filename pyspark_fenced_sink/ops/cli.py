@@ -228,7 +228,7 @@ def _emit(args: argparse.Namespace, body: dict[str, Any], sections: Sequence[tup
         _print_table(body[key], columns)
 
 
-_ENTRY_COLUMNS = ("seq", "position", "outcome", "kind", "writer", "epoch", "batch", "mode", "files", "rows")
+_ENTRY_COLUMNS = ("seq", "position", "outcome", "kind", "writer", "epoch", "batch", "mode", "branch", "files", "rows")
 
 
 def _cmd_status(args: argparse.Namespace) -> int:

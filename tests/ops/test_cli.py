@@ -314,3 +314,17 @@ def test_publish_refusals_exit_2_and_leave_the_wal_alone(
     assert code == 2 and match in err
     assert open_table(catalog_config(warehouse=wh), TABLE).ctx.wal.scan(0) == wal_before
     assert 20 not in _main_ids(wh)
+
+
+def test_wal_shows_each_entry_mode_and_branch(wh: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """The wal listing names modes by their values and the branch each entry writes."""
+    sink_write(wh, TABLE, rows("c", 20, 5), branch="audit")
+    sink_write(wh, TABLE, rows("d", 30, 5), overwrite=True, overwrite_mode="dynamic")
+    code, body, _ = _run(capsys, "wal", TABLE, "--warehouse", wh, "--json")
+    assert code == 0
+    assert [(e["mode"], e["branch"]) for e in body["entries"] if e["kind"] == "data"][-2:] == [
+        ("append", "audit"),
+        ("dynamic", "main"),
+    ]
+    code, out, _ = _run(capsys, "wal", TABLE, "--warehouse", wh)
+    assert "WriteMode" not in out and "dynamic" in out
