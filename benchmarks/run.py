@@ -11,7 +11,9 @@ Suites (docs/benchmarks.md says what each measures and shows a run's numbers):
 * ``throughput``    Spark: native Parquet vs format("fencedlake") vs collect + pyiceberg append,
                     unpartitioned and by day;
 * ``streaming``     Structured Streaming: per-batch overhead and sustained rows/s, fencedlake vs
-                    the native Parquet file sink.
+                    the native Parquet file sink;
+* ``overwrite``     a dynamic overwrite of 1 of 30 day partitions vs Spark's own
+                    ``partitionOverwriteMode=dynamic`` Parquet write.
 
 ``--quick`` is CI's smoke run (small sizes, one repetition, a few minutes at
 most); ``--full`` is the real measurement. Results go to
@@ -39,8 +41,8 @@ from typing import Any
 from benchmarks.common import SuiteResult
 
 ROOT = Path(__file__).resolve().parents[1]
-SUITES = ("requests", "group-commit", "scaling", "executor", "throughput", "streaming")
-SPARK_SUITES = ("throughput", "streaming")
+SUITES = ("requests", "group-commit", "scaling", "executor", "throughput", "streaming", "overwrite")
+SPARK_SUITES = ("throughput", "streaming", "overwrite")
 
 PROFILES: dict[str, dict[str, Any]] = {
     "quick": {
@@ -61,6 +63,8 @@ PROFILES: dict[str, dict[str, Any]] = {
         "stream_large_rows": 200_000,
         "stream_large_batches": 5,
         "stream_reps": 1,
+        "overwrite_rows": 60_000,
+        "overwrite_reps": 1,
     },
     "full": {
         "throughput_rows": [1_000_000, 10_000_000],
@@ -80,6 +84,8 @@ PROFILES: dict[str, dict[str, Any]] = {
         "stream_large_rows": 1_000_000,
         "stream_large_batches": 10,
         "stream_reps": 2,
+        "overwrite_rows": 3_000_000,
+        "overwrite_reps": 5,
     },
 }
 
@@ -155,6 +161,7 @@ def main(argv: list[str] | None = None) -> int:
             request_reps=args.reps,
             gc_reps=args.reps,
             stream_reps=args.reps,
+            overwrite_reps=args.reps,
         )
     if args.writers:
         prof["writers"] = [int(n) for n in args.writers.split(",")]
@@ -220,6 +227,9 @@ def main(argv: list[str] | None = None) -> int:
             reps=prof["stream_reps"],
             workdir=args.workdir,
             log=log,
+        ),
+        "overwrite": lambda: _import("overwrite").run(
+            spark=spark(), rows=prof["overwrite_rows"], reps=prof["overwrite_reps"], workdir=args.workdir, log=log
         ),
     }
     started = datetime.now(UTC)

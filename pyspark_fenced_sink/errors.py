@@ -93,7 +93,10 @@ class WriteRejectedError(FencedLakeError):
     """The protocol rejected this write.
 
     Causes: a batch-id gap, a different streaming query behind the same
-    ``writer.id``, or a write expired by ``gc``.
+    ``writer.id``, a write expired by ``gc``, a row that does not satisfy
+    ``replace-where`` (raised by the task, before the row is written), or an
+    entry refused when it was applied (a replace-where over a file that
+    straddles its filter, a publish that is not a fast-forward).
 
     Not retryable as is: the message says what to change. Nothing of the write
     was applied, and its files are removed.

@@ -52,6 +52,12 @@ COMMIT_MAX_WAIT_MS_DEFAULT = 300_000
 COMMIT_MAX_GROUP_SIZE = "commit.max-group-size"
 COMMIT_MAX_GROUP_SIZE_DEFAULT = 1000
 TEST_FAILPOINTS = "test.failpoints"
+OVERWRITE_MODE = "overwrite-mode"
+OVERWRITE_MODE_DEFAULT = "static"
+OVERWRITE_MODES = ("static", "dynamic")
+REPLACE_WHERE = "replace-where"
+BRANCH = "branch"
+SNAPSHOT_PROPERTY_PREFIX = "snapshot-property."
 SPARK_PASSED = frozenset({PATH, "checkpointlocation", "queryname"})
 
 _KNOWN = frozenset(
@@ -67,6 +73,9 @@ _KNOWN = frozenset(
         COMMIT_MAX_WAIT_MS,
         COMMIT_MAX_GROUP_SIZE,
         TEST_FAILPOINTS,
+        OVERWRITE_MODE,
+        REPLACE_WHERE,
+        BRANCH,
     }
 )
 #: Letters, digits, ``_ . -``; 1 to 128 characters; not starting with ``.`` or ``-``.
@@ -74,6 +83,10 @@ WRITER_ID_PATTERN = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 _SECRET = re.compile(r"secret|password|passwd|token|credential|key|auth|sas", re.IGNORECASE)
 _URI_PASSWORD = re.compile(r"(://[^:/@]*:)([^@]+)(@)")  # the user may be empty: redis://:pw@host
 _IDENT = re.compile(r"^[A-Za-z0-9_$-]+$")
+#: Branch names: like writer ids; names starting with ``fencedlake`` are fencedlake's own refs.
+_BRANCH = WRITER_ID_PATTERN
+#: Snapshot-summary keys fencedlake or Iceberg write themselves (``partitions.`` too, as a prefix).
+_RESERVED_SUMMARY_PREFIXES = ("fencedlake.", "partitions.")
 
 
 def redact(properties: Mapping[str, str]) -> dict[str, str]:
@@ -171,6 +184,11 @@ class SinkOptions:
         commit_max_wait_ms: How long a commit waits for its outcome before "outcome unknown".
         commit_max_group_size: At most this many WAL entries per catalog commit.
         failpoints: Test fail points (``test.failpoints``).
+        overwrite_mode: ``overwrite-mode`` as given (None: not given, i.e. ``static``).
+        replace_where: The ``replace-where`` row filter, if any.
+        branch: The branch to write (None: main).
+        snapshot_properties: ``snapshot-property.<key>`` options: summary properties of the commit
+            that applies the write.
     """
 
     table: str
@@ -184,12 +202,34 @@ class SinkOptions:
     commit_max_wait_ms: int = COMMIT_MAX_WAIT_MS_DEFAULT
     commit_max_group_size: int = COMMIT_MAX_GROUP_SIZE_DEFAULT
     failpoints: str = ""
+    overwrite_mode: str | None = None
+    replace_where: str | None = None
+    branch: str | None = None
+    snapshot_properties: Mapping[str, str] = field(default_factory=dict)
 
     def __repr__(self) -> str:
         return (
             f"SinkOptions(table={self.table!r}, catalog={self.catalog!r}, "
             f"writer_id={self.writer_id!r}, batch_id={self.batch_id!r})"
         )
+
+    def write_mode(self, overwrite: bool) -> str:
+        """The write mode's value (``protocol.wal.WriteMode``) for a write Spark says overwrites or not.
+
+        Raises:
+            InvalidOptionsError: ``overwrite-mode`` or ``replace-where`` on a write that appends.
+        """
+        if not overwrite:
+            given = [k for k, v in ((OVERWRITE_MODE, self.overwrite_mode), (REPLACE_WHERE, self.replace_where)) if v]
+            if given:
+                raise InvalidOptionsError(
+                    f'option {given[0]} applies to writes that overwrite (batch .mode("overwrite"), streaming '
+                    '.outputMode("complete")), but this write appends: drop the option or overwrite'
+                )
+            return "append"
+        if self.replace_where is not None:
+            return "filter"
+        return "dynamic" if self.overwrite_mode == "dynamic" else "overwrite"
 
 
 def _bool(options: Mapping[str, str], key: str, default: bool) -> bool:
@@ -236,18 +276,89 @@ def validate_table_name(name: str) -> str:
     return name
 
 
+def _overwrite_options(opts: Mapping[str, str]) -> tuple[str | None, str | None]:
+    """``overwrite-mode`` and ``replace-where``, checked (the filter's syntax here, its columns at planning)."""
+    mode = opts.get(OVERWRITE_MODE)
+    if mode is not None:
+        mode = mode.strip().lower()
+        if mode not in OVERWRITE_MODES:
+            raise InvalidOptionsError(f"option {OVERWRITE_MODE}={mode!r} is invalid: expected static or dynamic")
+    where = opts.get(REPLACE_WHERE)
+    if where is None:
+        return mode, None
+    if not where.strip():
+        raise InvalidOptionsError(f"option {REPLACE_WHERE} is empty: expected a filter such as \"region = 'eu'\"")
+    if mode == "dynamic":
+        raise InvalidOptionsError(
+            f"options {REPLACE_WHERE} and {OVERWRITE_MODE}=dynamic conflict: replace-where replaces the rows its "
+            "filter matches, dynamic overwrite the partitions the write touches; give one"
+        )
+    from pyiceberg.expressions.parser import parse
+
+    try:
+        parse(where)
+    except Exception as e:  # noqa: BLE001 - pyparsing's ParseException and friends: a syntax error
+        column = getattr(e, "col", None)
+        near = f"a syntax error at column {column} ({where[column - 1 :][:20]!r})" if column else type(e).__name__
+        raise InvalidOptionsError(
+            f"option {REPLACE_WHERE}={where!r} is not a valid filter: {near}; expected Iceberg's filter syntax, "
+            "e.g. \"ts >= '2026-01-01' AND region = 'eu'\", \"id BETWEEN 1 AND 9\", \"code IN ('a', 'b')\""
+        ) from None
+    return mode, where
+
+
+def _branch(opts: Mapping[str, str]) -> str | None:
+    branch = opts.get(BRANCH)
+    if branch is None or branch == "main":
+        return None
+    if not _BRANCH.fullmatch(branch) or branch.lower().startswith("fencedlake"):
+        raise InvalidOptionsError(
+            f"option {BRANCH}={branch!r} is invalid: expected 1-128 letters, digits, '_', '.', '-', not starting "
+            "with '.', '-' or 'fencedlake' (fencedlake's own refs)"
+        )
+    return branch
+
+
+def _snapshot_properties(opts: Mapping[str, str]) -> dict[str, str]:
+    """``snapshot-property.<key>`` options: public summary keys, never fencedlake's or Iceberg's, never secrets."""
+    from pyiceberg.table import snapshots
+
+    reserved = {v for k, v in vars(snapshots).items() if k.isupper() and isinstance(v, str)}
+    out = {}
+    for option, value in opts.items():
+        if not option.startswith(SNAPSHOT_PROPERTY_PREFIX):
+            continue
+        key = option[len(SNAPSHOT_PROPERTY_PREFIX) :]
+        problem = None
+        if not key:
+            problem = "the key is empty"
+        elif key in reserved or key.startswith(_RESERVED_SUMMARY_PREFIXES):
+            problem = "Iceberg or fencedlake writes that summary key itself"
+        elif _SECRET.search(key) or _URI_PASSWORD.search(value):
+            problem = "snapshot summaries are public table metadata and this looks like a secret"
+        if problem:
+            raise InvalidOptionsError(
+                f"option {option} is refused: {problem}; choose another key (keys arrive lower-cased from Spark)"
+            )
+        out[key] = value
+    return out
+
+
 def parse_options(options: Mapping[str, str], *, streaming: bool = False) -> SinkOptions:
     """Validate Spark's options; raise InvalidOptionsError on the first problem."""
     opts = {str(k).lower(): str(v) for k, v in options.items() if v is not None}
     unknown = sorted(
         k
         for k in opts
-        if k not in _KNOWN and k not in SPARK_PASSED and not k.startswith((CATALOG_PREFIX, TABLE_PROPERTY_PREFIX))
+        if k not in _KNOWN
+        and k not in SPARK_PASSED
+        and not k.startswith((CATALOG_PREFIX, TABLE_PROPERTY_PREFIX, SNAPSHOT_PROPERTY_PREFIX))
     )
     if unknown:
         raise InvalidOptionsError(
             f"unknown option(s) {', '.join(unknown)}: expected one of {', '.join(sorted(_KNOWN))}, "
-            f"or {CATALOG_PREFIX}<pyiceberg property>, {TABLE_PROPERTY_PREFIX}<table property>"
+            f"or {CATALOG_PREFIX}<pyiceberg property>, {TABLE_PROPERTY_PREFIX}<table property>, "
+            f"{SNAPSHOT_PROPERTY_PREFIX}<summary key>"
         )
     catalog_properties = {k[len(CATALOG_PREFIX) :]: v for k, v in opts.items() if k.startswith(CATALOG_PREFIX)}
     table_properties = {
@@ -277,6 +388,7 @@ def parse_options(options: Mapping[str, str], *, streaming: bool = False) -> Sin
             validate(failpoint_spec)
         except ValueError as e:
             raise InvalidOptionsError(f"option {TEST_FAILPOINTS} is invalid: {e}") from e
+    overwrite_mode, replace_where = _overwrite_options(opts)
     return SinkOptions(
         table=_table_name(opts),
         catalog=catalog,
@@ -290,4 +402,8 @@ def parse_options(options: Mapping[str, str], *, streaming: bool = False) -> Sin
         commit_max_group_size=_int(opts, COMMIT_MAX_GROUP_SIZE, COMMIT_MAX_GROUP_SIZE_DEFAULT, 1)
         or COMMIT_MAX_GROUP_SIZE_DEFAULT,
         failpoints=failpoint_spec,
+        overwrite_mode=overwrite_mode,
+        replace_where=replace_where,
+        branch=_branch(opts),
+        snapshot_properties=_snapshot_properties(opts),
     )

@@ -299,3 +299,86 @@ def test_options_repr_and_errors_never_show_secrets() -> None:
     for bad in ({"writer.idd": "x"}, {"warehouse": "/w"}, {"writer.id": "../x"}, {"commit.max-wait-ms": "0"}):
         err = _fails({**secret_options, **bad}, None)
         assert [s for s in ("wJalrXUtnFEMI", "pg-pass", "eyJhbGciOi") if s in str(err)] == []
+
+
+# ---------------------------------------------------------------------------------------------- write modes
+
+
+@pytest.mark.parametrize(
+    ("options", "overwrite", "mode"),
+    [
+        ({}, False, "append"),
+        ({}, True, "overwrite"),
+        ({"overwrite-mode": "static"}, True, "overwrite"),
+        ({"overwrite-mode": "DYNAMIC"}, True, "dynamic"),
+        ({"replace-where": "region = 'eu'"}, True, "filter"),
+        ({"replace-where": "region = 'eu'", "overwrite-mode": "static"}, True, "filter"),
+    ],
+    ids=["append", "overwrite-default-static", "static", "dynamic", "replace-where", "replace-where-static"],
+)
+def test_write_mode_follows_the_save_mode_and_the_overwrite_options(
+    options: dict[str, str], overwrite: bool, mode: str
+) -> None:
+    """mode("overwrite") is a static (full) replace unless overwrite-mode=dynamic or replace-where says otherwise."""
+    assert parse_options({"table": "db.t", **options}).write_mode(overwrite) == mode
+
+
+@pytest.mark.parametrize("option", [{"overwrite-mode": "dynamic"}, {"replace-where": "x = 1"}], ids=["mode", "where"])
+def test_overwrite_options_on_an_append_fail_naming_the_option(option: dict[str, str]) -> None:
+    """An overwrite option on a write that appends is an error, not silently ignored."""
+    opts = parse_options({"table": "db.t", **option})
+    with pytest.raises(InvalidOptionsError, match=f"option {next(iter(option))} applies to writes that overwrite"):
+        opts.write_mode(False)
+
+
+@pytest.mark.parametrize(
+    ("options", "match"),
+    [
+        ({"overwrite-mode": "partial"}, "overwrite-mode='partial' is invalid: expected static or dynamic"),
+        ({"replace-where": "  "}, "replace-where is empty"),
+        ({"replace-where": "id >"}, "not a valid filter: a syntax error at column 1"),
+        ({"replace-where": "x = 1", "overwrite-mode": "dynamic"}, "conflict"),
+    ],
+    ids=["bad-mode", "empty-filter", "syntax", "both"],
+)
+def test_bad_overwrite_options_fail_on_the_driver(options: dict[str, str], match: str) -> None:
+    """overwrite-mode and replace-where are checked before anything runs."""
+    _fails({"table": "db.t", **options}, match)
+
+
+@pytest.mark.parametrize(("branch", "expected"), [("audit-2026.06", "audit-2026.06"), ("main", None)])
+def test_branch_names(branch: str, expected: str | None) -> None:
+    """A branch is a writer-id-like name; main is the default branch."""
+    assert parse_options({"table": "db.t", "branch": branch}).branch == expected
+
+
+@pytest.mark.parametrize("branch", ["", "../x", "a b", "-x", "fencedlake-serial", "FencedLake-x"])
+def test_bad_or_reserved_branch_names_fail(branch: str) -> None:
+    """Names that are not refs, and fencedlake's own ref names, are refused."""
+    _fails({"table": "db.t", "branch": branch}, "option branch=")
+
+
+def test_snapshot_properties_are_collected_by_key() -> None:
+    """snapshot-property.<key> options become summary properties (keys as Spark passes them: lower-case)."""
+    opts = parse_options(
+        {"table": "db.t", "snapshot-property.job": "nightly", "snapshot-property.run-date": "2026-06-01"}
+    )
+    assert opts.snapshot_properties == {"job": "nightly", "run-date": "2026-06-01"}
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "match"),
+    [
+        ("fencedlake.seqs", "1", "writes that summary key itself"),
+        ("added-records", "1", "writes that summary key itself"),
+        ("partitions.x", "1", "writes that summary key itself"),
+        ("api-token", "x", "looks like a secret"),
+        ("source", "postgresql://u:pw@db/x", "looks like a secret"),
+        ("", "x", "the key is empty"),
+    ],
+    ids=["fencedlake-key", "iceberg-key", "iceberg-prefix", "secret-key", "secret-in-uri", "empty"],
+)
+def test_snapshot_properties_never_shadow_summary_keys_nor_carry_secrets(key: str, value: str, match: str) -> None:
+    """Reserved summary keys and secret-looking properties are refused before anything is written."""
+    err = _fails({"table": "db.t", f"snapshot-property.{key}": value}, match)
+    assert "pw@" not in str(err)

@@ -33,9 +33,9 @@ from pyiceberg.typedef import Record, TableVersion
 from pyiceberg.types import PrimitiveType, StructType
 
 from pyspark_fenced_sink.errors import CorruptControlDataError
-from pyspark_fenced_sink.protocol.wal import FILE_PATH_KEY, FILE_SPEC_KEY
+from pyspark_fenced_sink.protocol.wal import FILE_PARTITION_KEY, FILE_PATH_KEY, FILE_SPEC_KEY
 
-__all__ = ["CODEC_VERSION", "data_file_layout_version", "decode_data_file", "encode_data_file"]
+__all__ = ["CODEC_VERSION", "data_file_layout_version", "decode_data_file", "encode_data_file", "encode_partition"]
 
 CODEC_VERSION = 1
 
@@ -63,6 +63,22 @@ def _partition_types(partition_type: StructType) -> list[PrimitiveType]:
     return out
 
 
+def encode_partition(partition: Record, partition_type: StructType) -> tuple[str | None, ...]:
+    """A partition tuple's encoded values (base64 of Iceberg's single-value serialization; None for null).
+
+    The same form data files carry in their ``pt`` list and dynamic overwrites in their partition set.
+
+    Raises:
+        CorruptControlDataError: the partition tuple does not fit ``partition_type``.
+    """
+    types = _partition_types(partition_type)
+    if len(partition) != len(types):
+        raise CorruptControlDataError(
+            f"expected {len(types)} partition values (one per partition field), found {len(partition)}"
+        )
+    return tuple(None if partition[i] is None else _b64(to_bytes(t, partition[i])) for i, t in enumerate(types))
+
+
 def encode_data_file(df: DataFile, partition_type: StructType) -> dict[str, Any]:
     """Encode ``df`` as a JSON-able dict.
 
@@ -73,24 +89,20 @@ def encode_data_file(df: DataFile, partition_type: StructType) -> dict[str, Any]
     Raises:
         CorruptControlDataError: the partition tuple does not fit ``partition_type``.
     """
-    types = _partition_types(partition_type)
-    partition = df.partition
-    if len(partition) != len(types):
-        raise CorruptControlDataError(
-            f"data file {df.file_path}: expected {len(types)} partition values (one per partition field), "
-            f"found {len(partition)}"
-        )
+    try:
+        values = list(encode_partition(df.partition, partition_type))
+    except CorruptControlDataError as e:
+        raise CorruptControlDataError(f"data file {df.file_path}: {e}") from e
     spec_id = getattr(df, "_spec_id", None)
     if spec_id is None:
         raise CorruptControlDataError(f"data file {df.file_path}: expected its spec_id to be set, found none")
-    values = [None if partition[i] is None else _b64(to_bytes(t, partition[i])) for i, t in enumerate(types)]
     out: dict[str, Any] = {
         "v": CODEC_VERSION,
         "c": int(df.content),
         FILE_PATH_KEY: df.file_path,
         "f": df.file_format.name,
         FILE_SPEC_KEY: spec_id,
-        "pt": values,
+        FILE_PARTITION_KEY: values,
         "n": df.record_count,
         "z": df.file_size_in_bytes,
     }
@@ -190,7 +202,7 @@ def decode_data_file(d: Mapping[str, Any], partition_type: StructType, format_ve
     fmt = _get(d, "f", "a file format name", lambda v: isinstance(v, str) and v in FileFormat.__members__)
     spec_id = _get(d, FILE_SPEC_KEY, "a partition spec id", _is_count)
     types = _partition_types(partition_type)
-    raw_values = _get(d, "pt", f"a list of {len(types)} partition values", lambda v: isinstance(v, list))
+    raw_values = _get(d, FILE_PARTITION_KEY, f"a list of {len(types)} partition values", lambda v: isinstance(v, list))
     if len(raw_values) != len(types):
         raise _bad("pt", f"{len(types)} partition values", raw_values)
     values: list[Any] = []

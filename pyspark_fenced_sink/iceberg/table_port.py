@@ -2,11 +2,16 @@
 
 :class:`IcebergTablePort` implements ``commit.TablePort`` for any pyiceberg
 catalog (SQL on SQLite or PostgreSQL, REST, Glue, ...). ``commit`` is the only
-place fencedlake changes a table's snapshots: one snapshot (append, or an
-atomic replace of all rows) carrying the files of every applied entry, the
-commit record in its summary, and the new committed state as a table property
-— all in one catalog commit whose requirements assert the table UUID and the
-main branch's current snapshot id (a compare-and-swap on the base view).
+place fencedlake changes a table's snapshots: one snapshot on the plan's
+branch (an append, or a replace — all rows, the partitions of a dynamic
+overwrite, the rows a replace-where filter matches — or a publish that
+fast-forwards main) carrying the files of every applied entry, the commit
+record and the entries' snapshot properties in its summary, and the new
+committed state as a table property — all in one catalog commit whose
+requirements assert the table UUID and the refs the commit read (a
+compare-and-swap on the base view; ``iceberg.branches``). What a replacing
+entry removes is decided at apply time, on this base, by
+``protocol.replace``; a refusal raises ``EntryRefused`` before anything is sent.
 
 pyiceberg's own retry is bypassed: ``Transaction.commit_transaction`` would
 retry a ``CommitFailedException`` by rebasing the snapshot onto the new head
@@ -23,31 +28,37 @@ from __future__ import annotations
 import logging
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping
+from dataclasses import replace
 from typing import Any
 
 from pyiceberg.exceptions import CommitFailedException, CommitStateUnknownException, NoSuchTableError
-from pyiceberg.manifest import DataFile, DataFileContent
+from pyiceberg.manifest import DataFile
 from pyiceberg.table import Table, Transaction
 from pyiceberg.table.metadata import TableMetadata
-from pyiceberg.table.update import AssertDefaultSpecId, AssertRefSnapshotId, AssertTableUUID, update_table_metadata
-from pyiceberg.table.update.snapshot import UpdateSnapshot
+from pyiceberg.table.refs import SnapshotRefType
+from pyiceberg.table.snapshots import Snapshot
+from pyiceberg.table.update import AssertDefaultSpecId, AssertTableUUID, update_table_metadata
 
 from pyspark_fenced_sink import failpoints
-from pyspark_fenced_sink.errors import CorruptControlDataError, InvalidOptionsError
-from pyspark_fenced_sink.iceberg.datafiles import decode_data_file
+from pyspark_fenced_sink.errors import CorruptControlDataError, InvalidOptionsError, WriteRejectedError
+from pyspark_fenced_sink.iceberg.branches import StagedCommit, live_data_files, ref_requirements, snapshot_history
+from pyspark_fenced_sink.iceberg.datafiles import decode_data_file, encode_partition
+from pyspark_fenced_sink.iceberg.row_filter import file_matcher
 from pyspark_fenced_sink.protocol.commit import CommitConflict, CommitUnknown
 from pyspark_fenced_sink.protocol.reconcile import ReconcilePlan
+from pyspark_fenced_sink.protocol.replace import EntryRefused, LiveFile, check_fast_forward, removals
 from pyspark_fenced_sink.protocol.state import (
     STATE_PROPERTY,
+    SUMMARY_PUBLISHED,
     CommitRecord,
     CommittedState,
     decode_record,
     encode_record,
 )
 from pyspark_fenced_sink.protocol.view import TableView
-from pyspark_fenced_sink.protocol.wal import WalEntry, WriteMode, encoded_spec_id
+from pyspark_fenced_sink.protocol.wal import MAIN_BRANCH, EntryKind, WalEntry, WriteMode, encoded_spec_id
 
-__all__ = ["IcebergTablePort", "view_of"]
+__all__ = ["IcebergTablePort", "check_publish", "check_replace_where", "view_of"]
 
 logger = logging.getLogger(__name__)
 
@@ -110,14 +121,19 @@ def view_of(table: Table) -> TableView:
 
 
 def _records(metadata: TableMetadata) -> Iterator[CommitRecord]:
-    """Commit records of the current snapshot's ancestry, newest first."""
-    snapshot = metadata.current_snapshot()
-    while snapshot is not None:
+    """Commit records of every snapshot the table has, newest commit first.
+
+    All snapshots, not main's ancestry: commits on branches reconcile WAL positions too
+    (PROTOCOL.md §5.1). The metadata lists snapshots in commit order, and commits reconcile
+    positions in WAL order, so records come in decreasing position order. A record copied by
+    another tool (a cherry-pick) is yielded once.
+    """
+    seen: set[tuple[int, int]] = set()
+    for snapshot in reversed(metadata.snapshots):
         record = decode_record(snapshot.summary.additional_properties if snapshot.summary else {})
-        if record is not None:
+        if record is not None and (record.first, record.last) not in seen:
+            seen.add((record.first, record.last))
             yield record
-        parent = snapshot.parent_snapshot_id
-        snapshot = metadata.snapshot_by_id(parent) if parent is not None else None
 
 
 def _newest_record(metadata: TableMetadata) -> CommitRecord | None:
@@ -165,7 +181,7 @@ class IcebergTablePort:
         return None
 
     def records(self, view: TableView) -> list[CommitRecord]:
-        """Every commit record of the current snapshot's ancestry at ``view``, oldest first."""
+        """Every commit record of the table's snapshots at ``view``, oldest first."""
         return list(_records(self.table(view).metadata))[::-1]
 
     def replace_state(self, base: TableView, state: CommittedState) -> TableView:
@@ -178,10 +194,7 @@ class IcebergTablePort:
         table = self.table(base)
         tx = Transaction(table)
         tx.set_properties({STATE_PROPERTY: state.encode()})
-        requirements = (
-            AssertTableUUID(uuid=table.metadata.table_uuid),
-            AssertRefSnapshotId(ref="main", snapshot_id=base.snapshot_id),  # type: ignore[call-arg]
-        )
+        requirements = (AssertTableUUID(uuid=table.metadata.table_uuid), *ref_requirements(table.metadata, set()))
         return self._commit_updates(base, table, tx, requirements, cleanup=None)
 
     def commit(
@@ -196,20 +209,27 @@ class IcebergTablePort:
         added = [
             decode_data_file(f, partition_types[encoded_spec_id(f)], fv) for s in plan.apply for f in entries[s].files
         ]
-        tx = _LeanTransaction(table)
-        update = tx.update_snapshot(snapshot_properties=encode_record(record))
-        producer = _PRODUCERS[plan.mode](update, table)
+        summary = {**dict(plan.properties), **encode_record(record)}
+        head = entries[plan.head] if plan.head is not None else None
+        staged = None
+        try:
+            staged = StagedCommit(_LeanTransaction(table), table, plan.branch, summary)
+            producer = _PRODUCERS[plan.mode](staged, head)
+        except EntryRefused as e:
+            if staged is not None:
+                staged.cleanup()
+            raise EntryRefused(e.reason, plan.head) from e
         for data_file in added:
             producer.append_data_file(data_file)
-        producer.commit()
-        tx.set_properties({STATE_PROPERTY: plan.state.encode()})
+        staged.finish(producer)
+        staged.tx.set_properties({STATE_PROPERTY: plan.state.encode()})
         failpoints.hit("commit.after-manifests-written")
         requirements = (
-            *tx._requirements,
+            *staged.requirements(),
             AssertTableUUID(uuid=metadata.table_uuid),
             AssertDefaultSpecId(default_spec_id=metadata.default_spec_id),  # type: ignore[call-arg]  # pydantic: by name
         )
-        return self._commit_updates(base, table, tx, requirements, cleanup=producer._clean_all_uncommitted)
+        return self._commit_updates(base, table, staged.tx, requirements, cleanup=staged.cleanup)
 
     def _commit_updates(
         self,
@@ -240,36 +260,102 @@ class IcebergTablePort:
         table._do_commit(updates=tx._updates, requirements=requirements)
 
 
-def _append(update: UpdateSnapshot, table: Table) -> Any:
-    """A fast append: new manifests, nothing removed."""
-    return update.fast_append()
+def _append(staged: StagedCommit, head: WalEntry | None) -> Any:
+    """A fast append on the branch: new manifests, nothing removed."""
+    return staged.update().fast_append()
 
 
-def _replace_all(update: UpdateSnapshot, table: Table) -> Any:
-    """An overwrite snapshot that deletes every live data file (the new files are added to it)."""
-    if table.metadata.current_snapshot() is None:
-        return update.fast_append()
-    producer = update.overwrite()
-    for existing in _live_data_files(table):
-        producer.delete_data_file(existing)
+def _doomed(table: Table, metadata: TableMetadata, snapshot: Snapshot, head: WalEntry) -> list[DataFile]:
+    """The live files of ``snapshot`` that applying ``head`` removes (``protocol.replace.removals``).
+
+    Raises:
+        EntryRefused: a replace-where finds a live file that straddles its filter.
+    """
+    live = {f.file_path: f for f in live_data_files(table, snapshot)}
+    schema, specs = metadata.schema(), metadata.specs()
+    types = {sid: spec.partition_type(schema) for sid, spec in specs.items()} if head.mode is WriteMode.DYNAMIC else {}
+    described = [
+        LiveFile(path, f.spec_id, encode_partition(f.partition, types[f.spec_id]) if types else ())
+        for path, f in live.items()
+    ]
+    matcher = file_matcher(head.row_filter or "", schema, specs) if head.mode is WriteMode.REPLACE_WHERE else None
+    doomed = removals(head, described, (lambda lf: matcher(live[lf.path])) if matcher is not None else None)
+    return [live[f.path] for f in doomed]
+
+
+def check_replace_where(table: Table, branch: str | None, row_filter: str, name: str) -> None:
+    """Refuse a replace-where now (planning) if a file live on its branch straddles the filter.
+
+    The same decision is taken again at apply time; this one fails the write before any task runs.
+
+    Raises:
+        WriteRejectedError: a live file has rows on both sides of the filter.
+    """
+    metadata = table.metadata
+    snapshot = metadata.snapshot_by_name(branch or MAIN_BRANCH) or metadata.current_snapshot()
+    if snapshot is None:
+        return
+    probe = WalEntry(kind=EntryKind.DATA, token="", writer="", mode=WriteMode.REPLACE_WHERE, row_filter=row_filter)
+    try:
+        _doomed(table, metadata, snapshot, replace(probe, branch=branch))
+    except EntryRefused as e:
+        raise WriteRejectedError(f"table {name}: {e.reason}", table=name, outcome="REFUSED") from e
+
+
+def _fast_forward_target(metadata: TableMetadata, branch: str) -> int:
+    """The head of ``branch`` if main may be fast-forwarded to it (``protocol.replace.check_fast_forward``)."""
+    ref = metadata.refs.get(branch)
+    found = ref.snapshot_id if ref is not None and ref.snapshot_ref_type == SnapshotRefType.BRANCH else None
+    return check_fast_forward(branch, metadata.current_snapshot_id, found, snapshot_history(metadata))
+
+
+def check_publish(table: Table, branch: str, name: str) -> int:
+    """The snapshot a publish of ``branch`` would move main to now; refused as the commit would refuse it.
+
+    Raises:
+        WriteRejectedError: the branch is missing, or main changed data since it forked.
+    """
+    try:
+        return _fast_forward_target(table.metadata, branch)
+    except EntryRefused as e:
+        raise WriteRejectedError(f"table {name}: {e.reason}", table=name, outcome="REFUSED") from e
+
+
+def _replace(staged: StagedCommit, head: WalEntry | None) -> Any:
+    """An overwrite snapshot removing what ``protocol.replace.removals`` selects among the branch's live files.
+
+    The live files are read here, on the commit's base: a replace applies to what is live at apply
+    time, whatever was live when its rows were written.
+    """
+    branch_head = staged.head
+    if branch_head is None or head is None:
+        return staged.update().fast_append()
+    doomed = _doomed(staged.table, staged.tx.table_metadata, branch_head, head)
+    producer = staged.update().overwrite()
+    for data_file in doomed:
+        producer.delete_data_file(data_file)
     return producer
 
 
-#: Write mode -> the snapshot producer of the commit whose first applied entry has that mode.
-_PRODUCERS: dict[WriteMode, Callable[[UpdateSnapshot, Table], Any]] = {
+def _publish(staged: StagedCommit, head: WalEntry | None) -> Any:
+    """Fast-forward main to the entry's branch, then an empty snapshot on main carrying the commit record."""
+    source = head.branch if head is not None else None
+    if source is None:
+        raise CorruptControlDataError("a publish entry names no branch: the WAL object is damaged")
+    metadata = staged.tx.table_metadata
+    branch_head = _fast_forward_target(metadata, source)
+    staged.refs.add(source)
+    if branch_head != metadata.current_snapshot_id:
+        staged.move_ref(MAIN_BRANCH, branch_head)
+    staged.summary[SUMMARY_PUBLISHED] = f"{source}@{branch_head}"
+    return staged.update().fast_append()
+
+
+#: Write mode -> the snapshot producer of a commit whose first applied entry has that mode.
+_PRODUCERS: dict[WriteMode, Callable[[StagedCommit, WalEntry | None], Any]] = {
     WriteMode.APPEND: _append,
-    WriteMode.OVERWRITE: _replace_all,
+    WriteMode.OVERWRITE: _replace,
+    WriteMode.DYNAMIC: _replace,
+    WriteMode.REPLACE_WHERE: _replace,
+    WriteMode.PUBLISH: _publish,
 }
-
-
-def _live_data_files(table: Table) -> list[DataFile]:
-    """Every live data file of the current snapshot (for a full replace)."""
-    snapshot = table.current_snapshot()
-    if snapshot is None:
-        return []
-    return [
-        entry.data_file
-        for manifest in snapshot.manifests(table.io)
-        for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True)
-        if entry.data_file.content == DataFileContent.DATA
-    ]

@@ -1,4 +1,4 @@
-"""The ``fencedlake`` operator CLI: status, wal, recover, gc, fence, skip, repair-state (PROTOCOL.md §7-§8).
+"""The ``fencedlake`` operator CLI: status, wal, recover, gc, fence, skip, repair-state, publish (PROTOCOL.md §5-§8).
 
 It takes the same catalog configuration as the sink: the embedded default
 (``--warehouse``, else ``$FENCEDLAKE_WAREHOUSE``, else ``./fencedlake-warehouse``),
@@ -88,6 +88,12 @@ _HELP = {
         "after it, and set it as the table's fencedlake.state property. Refuses (changing nothing) if a position "
         "to replay has no WAL object or no commit record. --dry-run shows the rebuilt state only.",
     ),
+    "publish": (
+        "fast-forward main to a branch (write-audit-publish)",
+        "Publish BRANCH: move main to the branch's head through the protocol (a WAL entry applied by the group "
+        "commit, in WAL order). Refused, with nothing changed, if main changed data since the branch forked "
+        "(not a fast-forward) or the branch does not exist. Writers keep writing meanwhile.",
+    ),
     "fence": (
         "fence every running incarnation of a writer",
         "Put a fence barrier for WRITER_ID and commit it: every running incarnation of that writer gets "
@@ -151,6 +157,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--retain-last", type=int, default=10, help="snapshots always kept when expiring (default 10)")
     p.add_argument("--dry-run", action="store_true", help="list what would be removed, change nothing")
     commands["fence"].add_argument("writer_id")
+    commands["publish"].add_argument("branch", help="the branch to publish to main")
     p = commands["skip"]
     p.add_argument("seq", type=int, help="the missing WAL position")
     p.add_argument("--reason", required=True, help="why the position is skipped (recorded)")
@@ -221,7 +228,7 @@ def _emit(args: argparse.Namespace, body: dict[str, Any], sections: Sequence[tup
         _print_table(body[key], columns)
 
 
-_ENTRY_COLUMNS = ("seq", "position", "outcome", "kind", "writer", "epoch", "batch", "mode", "files", "rows")
+_ENTRY_COLUMNS = ("seq", "position", "outcome", "kind", "writer", "epoch", "batch", "mode", "branch", "files", "rows")
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
@@ -410,6 +417,26 @@ def _cmd_fence(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_publish(args: argparse.Namespace) -> int:
+    from pyspark_fenced_sink.iceberg.table_port import check_publish
+    from pyspark_fenced_sink.protocol.publish import publish_branch, publish_entry
+
+    publish_entry(args.branch)  # validates the name before anything is read
+    opened = _open(args)
+    check_publish(opened.table, args.branch, args.table)  # refuse now, with nothing durable, if it would be refused
+    result = publish_branch(opened.ctx, args.branch)
+    table = opened.ctx.port.table(opened.ctx.load())
+    body = {
+        "table": args.table,
+        "branch": args.branch,
+        "published_at_seq": result.seq,
+        "main_snapshot_id": table.metadata.current_snapshot_id,
+        "branch_snapshot_id": table.metadata.refs[args.branch].snapshot_id,
+    }
+    _emit(args, body, [])
+    return 0
+
+
 _COMMANDS = {
     "status": _cmd_status,
     "wal": _cmd_wal,
@@ -418,6 +445,7 @@ _COMMANDS = {
     "fence": _cmd_fence,
     "skip": _cmd_skip,
     "repair-state": _cmd_repair_state,
+    "publish": _cmd_publish,
 }
 
 

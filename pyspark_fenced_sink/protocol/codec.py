@@ -23,8 +23,8 @@ def dumps(body: Any) -> str:
     return json.dumps(body, separators=(",", ":"), sort_keys=True)
 
 
-def loads_versioned(data: str | bytes, version: int, what: str) -> dict[str, Any]:
-    """Parse a control object and check its format version.
+def loads_versioned(data: str | bytes, version: int | tuple[int, ...], what: str) -> dict[str, Any]:
+    """Parse a control object and check its format version (one version, or the versions this reader reads).
 
     Raises:
         CorruptControlDataError: another format version (``what`` names the object).
@@ -33,9 +33,11 @@ def loads_versioned(data: str | bytes, version: int, what: str) -> dict[str, Any
     body = json.loads(data)
     if not isinstance(body, dict):
         raise TypeError(f"expected a JSON object, found {type(body).__name__}")
-    if body.get("v") != version:
+    versions = version if isinstance(version, tuple) else (version,)
+    if body.get("v") not in versions:
+        readable = " or ".join(str(v) for v in versions)
         raise CorruptControlDataError(
-            f"{what} has format version {body.get('v')!r}, this fencedlake reads {version}: "
+            f"{what} has format version {body.get('v')!r}, this fencedlake reads {readable}: "
             "upgrade fencedlake on every writer of this table"
         )
     return body

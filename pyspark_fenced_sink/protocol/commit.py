@@ -7,7 +7,10 @@ durable) and returns only when that entry's outcome is known:
 4. reconcile the pending entries from the committed upper on (``reconcile``);
 5. make ONE catalog commit that applies every pending entry it can — its own
    and its peers' (group commit) — and advances the committed state, guarded
-   by a compare-and-swap on the table's current snapshot (``TablePort``);
+   by a compare-and-swap on the table's current snapshot (``TablePort``); if
+   the catalog side refuses the commit's head entry on that version
+   (``replace.EntryRefused``), the entry is decided REFUSED and that decision
+   is committed instead;
 6. report the outcome: applied, duplicate (success), fenced or rejected
    (errors); or, if the outcome cannot be known, CommitOutcomeUnknownError —
    the entry stays durable and the next committer applies it.
@@ -42,6 +45,7 @@ from pyspark_fenced_sink.errors import (
 )
 from pyspark_fenced_sink.options import COMMIT_MAX_GROUP_SIZE_DEFAULT, COMMIT_MAX_WAIT_MS_DEFAULT
 from pyspark_fenced_sink.protocol.reconcile import Outcome, Position, ReconcilePlan, position, reconcile
+from pyspark_fenced_sink.protocol.replace import EntryRefused, Refusals
 from pyspark_fenced_sink.protocol.state import CommitRecord, CommittedState
 from pyspark_fenced_sink.protocol.view import TableIdentity, TableView, bind
 from pyspark_fenced_sink.protocol.wal import TOKEN_CHARS, EntryKind, Wal, WalEntry, encoded_path
@@ -92,6 +96,8 @@ class TablePort(Protocol):
         Raises:
             CommitConflict: the table is no longer at ``base`` (nothing landed).
             CommitUnknown: the outcome is unknown.
+            EntryRefused: the plan's head entry cannot be applied on ``base`` (nothing was sent;
+                ``seq`` names the entry).
         """
 
     def find_record(self, view: TableView, seq: int) -> CommitRecord | None:
@@ -318,6 +324,7 @@ def _drive(ctx: CommitContext, entry: WalEntry, seq: int, view: TableView, progr
     cache: dict[int, WalEntry] = {seq: entry}
     known_last: int | None = seq  # first attempt: our own scan already covered [upper, seq]
     deadline = progress.t0 + ctx.max_wait_s
+    refusals = Refusals()
     waits = 0
     while True:
         if position(seq, view.state.upper) is Position.BELOW:
@@ -342,8 +349,7 @@ def _drive(ctx: CommitContext, entry: WalEntry, seq: int, view: TableView, progr
             continue
         pending = _read_pending(ctx, view.state.upper, known_last, cache)
         known_last = None
-        missing = _missing_files(ctx, pending)
-        plan = reconcile(view.state, pending, max_group=ctx.max_group, spec_id=view.spec_id, missing=missing)
+        plan = _plan(ctx, view, pending, refusals)
         mine = plan.decision_for(seq)
         # A data entry decided without applying anything up to it, from the committed state alone: the outcome
         # is final at this version, so no commit is needed. A decision that used facts outside the state (the
@@ -375,7 +381,7 @@ def _drive(ctx: CommitContext, entry: WalEntry, seq: int, view: TableView, progr
             ctx.sleep(_backoff(ctx, waits))
             view = _reload(ctx, progress)
             continue
-        view, landed = _commit_plan(ctx, view, plan, pending, entry, progress)
+        view, landed = _commit_plan(ctx, view, plan, pending, entry, progress, refusals)
         if landed is not None and mine is not None:
             return _finish(ctx, progress, seq, mine.outcome, mine.detail, by_peer=False)
         progress.note(ctx, f"committing WAL seq {seq} behind concurrent commits")
@@ -388,6 +394,18 @@ def _drive(ctx: CommitContext, entry: WalEntry, seq: int, view: TableView, progr
             )
 
 
+def _plan(ctx: CommitContext, view: TableView, pending: Mapping[int, WalEntry], refusals: Refusals) -> ReconcilePlan:
+    """Reconcile ``pending`` on ``view`` with the facts outside the state: spec, missing files, refusals."""
+    return reconcile(
+        view.state,
+        pending,
+        max_group=ctx.max_group,
+        spec_id=view.spec_id,
+        missing=_missing_files(ctx, pending),
+        refused=refusals.at(view.version),
+    )
+
+
 def _commit_plan(
     ctx: CommitContext,
     view: TableView,
@@ -395,8 +413,13 @@ def _commit_plan(
     pending: Mapping[int, WalEntry],
     entry: WalEntry,
     progress: _Progress,
+    refusals: Refusals,
 ) -> tuple[TableView, CommitRecord | None]:
-    """One catalog commit attempt: the view to continue from, and the record if it landed."""
+    """One catalog commit attempt: the view to continue from, and the record if it landed.
+
+    A refusal of the plan's head (nothing was sent) is remembered for ``view``: the next plan on it
+    decides the entry REFUSED and commits that decision.
+    """
     progress.attempts += 1
     ours = {s for s in plan.apply if pending[s].token == entry.token}
     helped = len(plan.apply) - len(ours)
@@ -419,6 +442,9 @@ def _commit_plan(
     try:
         failpoints.hit("commit.before-catalog-commit")
         new_view = ctx.port.commit(view, plan, pending, record)
+    except EntryRefused as e:
+        refusals.add(view.version, plan.head, e)
+        return view, None
     except CommitConflict:
         progress.conflicts += 1
         ctx.sleep(_backoff(ctx, progress.conflicts))
@@ -478,15 +504,14 @@ def recover(ctx: CommitContext) -> list[CommitRecord]:
     progress = _Progress(t0=ctx.now())
     cache: dict[int, WalEntry] = {}
     nobody = WalEntry(kind=EntryKind.DATA, token="", writer="")
+    refusals = Refusals()
     view = ctx.load()
     while ctx.now() <= progress.t0 + ctx.max_wait_s:
         pending = _read_pending(ctx, view.state.upper, None, cache)
-        plan = reconcile(
-            view.state, pending, max_group=ctx.max_group, spec_id=view.spec_id, missing=_missing_files(ctx, pending)
-        )
+        plan = _plan(ctx, view, pending, refusals)
         if not plan.decisions:
             return records
-        view, landed = _commit_plan(ctx, view, plan, pending, nobody, progress)
+        view, landed = _commit_plan(ctx, view, plan, pending, nobody, progress, refusals)
         if landed is not None:
             records.append(landed)
     raise CommitOutcomeUnknownError(

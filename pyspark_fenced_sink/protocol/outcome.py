@@ -20,7 +20,7 @@ from pyspark_fenced_sink.errors import FencedWriterError, WriteRejectedError
 from pyspark_fenced_sink.protocol.commit import CommitContext, CommitResult, TableView, commit_entry
 from pyspark_fenced_sink.protocol.fencing import WriterIdentity, new_token
 from pyspark_fenced_sink.protocol.reconcile import Outcome
-from pyspark_fenced_sink.protocol.wal import EntryKind, WalEntry, WriteMode, encoded_path
+from pyspark_fenced_sink.protocol.wal import EntryKind, WalEntry, WriteMode, encoded_path, partitions_of
 
 __all__ = ["data_entry", "finish_write", "raise_for_outcome"]
 
@@ -31,6 +31,7 @@ _HINTS = {
     Outcome.SPEC_CHANGED: "the table's partition spec changed while the write ran; rerun it",
     Outcome.MISSING_FILES: "another tool deleted the write's data files while it was pending; rerun it",
     Outcome.STALE_BATCH: "the batch id is older than the ids the table still tracks; use a new batch id",
+    Outcome.REFUSED: "the table's data at apply time did not allow it (see above)",
 }
 
 
@@ -45,16 +46,28 @@ def data_entry(
     rows: int = 0,
     spec_id: int | None = None,
     untuned: bool = False,
+    row_filter: str | None = None,
+    branch: str | None = None,
+    properties: Mapping[str, str] | None = None,
 ) -> WalEntry:
-    """The data entry of a write by ``identity``."""
+    """The data entry of a write by ``identity``.
+
+    A ``DYNAMIC`` entry's partition set is the set of partitions its files were
+    written to (an empty write replaces nothing).
+    """
+    mode = WriteMode(mode)
     return WalEntry(
         kind=EntryKind.DATA,
         token=new_token(),
         query=query,
         batch=batch,
         strict=strict,
-        mode=WriteMode(mode),
+        mode=mode,
         files=tuple(files),
+        partitions=partitions_of(files) if mode is WriteMode.DYNAMIC else (),
+        row_filter=row_filter,
+        branch=branch,
+        properties=tuple(sorted((properties or {}).items())),
         rows=rows,
         spec_id=spec_id,
         untuned=untuned,

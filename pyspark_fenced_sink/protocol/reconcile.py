@@ -24,16 +24,23 @@ is rejected as a gap); an id too old to be judged -> rejected
 never reported for a batch id that did not land.
 
 Every decision is a function of the committed state, the WAL entries, and
-two facts from outside the state that the caller passes in: the table's
-default partition spec (``spec_id``) and which old entries' files are
-missing (``missing``). Decisions that used those facts are *external*
+three facts from outside the state that the caller passes in: the table's
+default partition spec (``spec_id``), which old entries' files are missing
+(``missing``), and which entries the catalog side refused to apply on the
+version the plan is committed on (``refused``: a replace-where over a file that
+straddles its filter, a publish that is not a fast-forward; see
+``protocol.replace``). Decisions that used those facts are *external*
 (:attr:`Outcome.external`): they must be committed before a writer reports
 them (PROTOCOL.md §6), because the facts can change back.
 
 Per-entry outcomes (:class:`Outcome`) are recorded in the commit record;
-only ``APPLIED`` data entries contribute files. A plan holds at most one
-overwrite, and only as its first applied entry, so every catalog commit is one
-append or one atomic replace of the table's rows.
+only ``APPLIED`` data and publish entries change the table. Every catalog
+commit targets one branch (PROTOCOL.md §5.1): its first applied entry (the
+*head*) decides the branch, the snapshot properties and the mode; after it, only
+appends to the same branch with the same snapshot properties join, and only if
+the head takes them (a publish takes none). Any other applied entry starts the
+next commit, so a commit is one append, or one atomic replace followed by the
+appends that come after it in WAL order, on one branch.
 """
 
 from __future__ import annotations
@@ -41,11 +48,12 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, replace
 from enum import Enum
+from types import MappingProxyType
 
 from pyspark_fenced_sink.options import COMMIT_MAX_GROUP_SIZE_DEFAULT
 from pyspark_fenced_sink.protocol.batches import BatchIds
 from pyspark_fenced_sink.protocol.state import CommittedState, WriterState
-from pyspark_fenced_sink.protocol.wal import EntryKind, WalEntry, WriteMode
+from pyspark_fenced_sink.protocol.wal import MAIN_BRANCH, EntryKind, WalEntry, WriteMode
 
 __all__ = ["Decision", "Outcome", "Position", "ReconcilePlan", "position", "reconcile", "transition"]
 
@@ -77,6 +85,7 @@ class Outcome(str, Enum):
     SPEC_CHANGED = "S"
     MISSING_FILES = "L"
     STALE_BATCH = "O"
+    REFUSED = "R"
     BARRIER = "B"
     MARK = "M"
     SKIPPED = "K"
@@ -89,7 +98,7 @@ class Outcome(str, Enum):
     @property
     def external(self) -> bool:
         """True if the decision used catalog or storage facts outside the committed state."""
-        return self in (Outcome.SPEC_CHANGED, Outcome.MISSING_FILES)
+        return self in (Outcome.SPEC_CHANGED, Outcome.MISSING_FILES, Outcome.REFUSED)
 
 
 @dataclass(frozen=True)
@@ -112,11 +121,14 @@ class ReconcilePlan:
         state: The state after the commit (upper past every decided position).
         decisions: One per reconciled position, from ``base.upper`` on.
         apply: Positions whose files the commit adds.
-        mode: The commit's kind: ``APPEND``, or the mode of its first applied entry when that one
-            replaces rows (at most one such entry per plan, always first).
+        mode: The mode of the commit's first applied entry (``APPEND`` if none applies);
+            at most one entry per plan replaces rows, always the first applied.
         stop: Why the plan ends: ``tail`` (no next entry), ``gap`` (a position is missing
-            while later ones exist), ``overwrite`` (the next applied entry overwrites: next
-            commit) or ``limit`` (group size bound).
+            while later ones exist), ``next-commit`` (the next applied entry cannot join this
+            commit: it replaces rows, writes to another branch or carries other snapshot
+            properties) or ``limit`` (group size bound).
+        branch: The branch the commit writes to (``main`` if nothing applies).
+        properties: The snapshot properties of every applied entry (all equal), as sorted pairs.
     """
 
     base: CommittedState
@@ -125,6 +137,13 @@ class ReconcilePlan:
     apply: tuple[int, ...]
     mode: WriteMode
     stop: str
+    branch: str = MAIN_BRANCH
+    properties: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def head(self) -> int | None:
+        """The position of the first applied entry (the one whose mode the commit has), if any."""
+        return self.apply[0] if self.apply else None
 
     @property
     def overwrite(self) -> bool:
@@ -148,12 +167,15 @@ def _decide(
     expired_before: int,
     spec_id: int | None,
     missing: Collection[int],
+    refused: Mapping[int, str] = MappingProxyType({}),
 ) -> tuple[Outcome, str]:
     """Decide one entry against the state so far (no state change: see :func:`transition`)."""
     if entry.kind is EntryKind.EXPIRE:
         return Outcome.MARK, f"anonymous writes opened before upper {entry.expire_before} expire"
     if entry.kind is EntryKind.SKIP:
         return Outcome.SKIPPED, f"skipped by an operator: {entry.reason or 'no reason given'}"
+    if entry.kind is EntryKind.PUBLISH:
+        return (Outcome.REFUSED, refused[seq]) if seq in refused else (Outcome.APPLIED, "")
     current = writers.get(entry.writer)
     if entry.strict and current and current.query and entry.query and current.query != entry.query:
         return (
@@ -179,6 +201,8 @@ def _decide(
         return Outcome.SPEC_CHANGED, f"files were written with partition spec {entry.spec_id}; the table's is {spec_id}"
     if seq in missing:
         return Outcome.MISSING_FILES, "some of the entry's data files no longer exist (removed by another tool?)"
+    if seq in refused:
+        return Outcome.REFUSED, refused[seq]
     return Outcome.APPLIED, ""
 
 
@@ -223,6 +247,16 @@ def transition(
     return expired_before
 
 
+def _joins(head: WalEntry, entry: WalEntry) -> bool:
+    """True if applied ``entry`` may join the commit whose first applied entry is ``head``."""
+    return (
+        head.mode.takes_appends
+        and entry.mode is WriteMode.APPEND
+        and entry.target == head.target
+        and entry.properties == head.properties
+    )
+
+
 def reconcile(
     state: CommittedState,
     entries: Mapping[int, WalEntry],
@@ -230,6 +264,7 @@ def reconcile(
     max_group: int = COMMIT_MAX_GROUP_SIZE_DEFAULT,
     spec_id: int | None = None,
     missing: Collection[int] = (),
+    refused: Mapping[int, str] | None = None,
 ) -> ReconcilePlan:
     """Plan the next commit from ``state`` and the entries at or above its upper.
 
@@ -237,13 +272,16 @@ def reconcile(
     ``spec_id`` is the table's default partition spec in the same version: data
     files written with another spec are rejected (SPEC_CHANGED), because a
     commit can only add files under the default spec. ``missing`` holds the
-    positions whose data files were found missing (MISSING_FILES).
+    positions whose data files were found missing (MISSING_FILES); ``refused``
+    the positions the catalog side refused to apply on this version, and why
+    (REFUSED).
     """
+    refused = refused or {}
     writers = dict(state.writers)
     expired_before = state.expired_before
     decisions: list[Decision] = []
     apply: list[int] = []
-    mode = WriteMode.APPEND
+    head: WalEntry | None = None
     seq = state.upper
     stop = "tail"
     while True:
@@ -254,16 +292,20 @@ def reconcile(
         if len(decisions) >= max_group:
             stop = "limit"
             break
-        outcome, detail = _decide(seq, entry, writers, expired_before, spec_id, missing)
-        applies = outcome is Outcome.APPLIED and entry.kind is EntryKind.DATA
-        if applies and entry.mode.replaces_rows and apply:
-            stop = "overwrite"
+        outcome, detail = _decide(seq, entry, writers, expired_before, spec_id, missing, refused)
+        applies = outcome is Outcome.APPLIED and entry.kind in (EntryKind.DATA, EntryKind.PUBLISH)
+        if applies and head is not None and not _joins(head, entry):
+            stop = "next-commit"
             break
         expired_before = transition(writers, expired_before, seq, entry, outcome)
         decisions.append(Decision(seq, entry.token, entry.writer, outcome, detail))
         if applies:
-            mode = entry.mode if not apply else mode
+            head = head or entry
             apply.append(seq)
         seq += 1
     new_state = replace(state, upper=seq, writers=writers, expired_before=expired_before)
-    return ReconcilePlan(state, new_state, tuple(decisions), tuple(apply), mode, stop)
+    if head is None:
+        return ReconcilePlan(state, new_state, tuple(decisions), (), WriteMode.APPEND, stop)
+    return ReconcilePlan(
+        state, new_state, tuple(decisions), tuple(apply), head.mode, stop, head.target, head.properties
+    )

@@ -27,7 +27,10 @@ from pyspark_fenced_sink.protocol.codec import MALFORMED, dumps, loads_versioned
 from pyspark_fenced_sink.protocol.wal import TOKEN_CHARS
 
 __all__ = [
+    "SERIAL_REF",
     "STATE_PROPERTY",
+    "SUMMARY_PREFIX",
+    "SUMMARY_PUBLISHED",
     "CommitRecord",
     "CommittedState",
     "WriterState",
@@ -40,6 +43,14 @@ STATE_VERSION = 2
 SUMMARY_SEQS = "fencedlake.seqs"
 SUMMARY_OUTCOMES = "fencedlake.outcomes"
 SUMMARY_METRICS = "fencedlake.commit"
+#: Summary key of a publish commit's snapshot: ``<branch>@<snapshot id>`` main was fast-forwarded to.
+SUMMARY_PUBLISHED = "fencedlake.published"
+#: Snapshot-summary keys of fencedlake's own; snapshot properties may not use the ``fencedlake.`` prefix.
+SUMMARY_PREFIX = "fencedlake."
+#: A tag every fencedlake commit on a branch other than main moves to its new snapshot, and every
+#: fencedlake commit asserts: with main's head, it makes any two concurrent commits conflict, whatever
+#: branches they write (PROTOCOL.md §5.1).
+SERIAL_REF = "fencedlake-serial"
 
 
 @dataclass(frozen=True)

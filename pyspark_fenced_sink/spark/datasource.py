@@ -50,11 +50,21 @@ class FencedLakeDataSource(DataSource):
         commit.max-wait-ms: how long a commit waits for its outcome before raising
             CommitOutcomeUnknownError (its entry stays durable and is applied later) [300000].
         commit.max-group-size: WAL entries at most in one catalog commit [1000].
+        overwrite-mode: with ``overwrite``/``complete``: ``static`` replaces all rows, ``dynamic``
+            exactly the partitions the write has rows in [static].
+        replace-where: with ``overwrite``/``complete``: replace the rows an Iceberg filter matches,
+            e.g. ``"ts >= '2026-01-01' AND region = 'eu'"``; every row written must match it [none].
+        branch: the Iceberg branch to write, created from main by its first write; publish it with
+            ``fencedlake publish TABLE BRANCH`` [main].
+        snapshot-property.<key>: a property in the summary of the snapshot that commits the write.
 
     Save modes: ``append``; ``overwrite`` replaces all of the table's rows in one
-    snapshot. ``error``/``errorifexists``/``ignore`` fail inside Spark before this
-    sink runs. Streaming output modes: ``append``; ``complete`` replaces the rows
-    every micro-batch; ``update`` is refused by Spark.
+    snapshot (or, with ``overwrite-mode=dynamic`` / ``replace-where``, the partitions
+    written / the rows the filter matches; what is live when the write is applied, in
+    write-ahead-log order). ``error``/``errorifexists``/``ignore`` fail inside Spark
+    before this sink runs. Streaming output modes: ``append``; ``complete`` replaces the
+    rows every micro-batch (per ``overwrite-mode``/``replace-where``); ``update`` is
+    refused by Spark.
 
     Semantics: every write puts one entry into the table's write-ahead log under
     ``<table location>/_fencedlake/`` with put-if-absent, and any committer applies

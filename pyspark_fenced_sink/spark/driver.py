@@ -2,8 +2,9 @@
 
 ``plan_write`` runs when Spark plans a write (in a Python worker on the
 driver): it validates options, loads or creates the table, checks the schema
-and builds the :class:`~pyspark_fenced_sink.write.task.WriteSpec` every task
-receives. ``commit_files`` runs in Spark's commit worker (also on the driver,
+(and a ``replace-where`` filter against it, and against the files live on the
+target branch now) and builds the :class:`~pyspark_fenced_sink.write.task.WriteSpec`
+every task receives. ``commit_files`` runs in Spark's commit worker (also on the driver,
 a different process: nothing in memory is shared, everything travels in the
 pickled writer and the commit messages). ``abort_files`` runs for Spark's
 ``abort()`` — which Spark also calls after a ``commit()`` that raised — and
@@ -20,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from pyspark_fenced_sink import failpoints, logs
-from pyspark_fenced_sink.errors import TableChangedError
+from pyspark_fenced_sink.errors import InvalidOptionsError, TableChangedError
 from pyspark_fenced_sink.options import SinkOptions, parse_options
 from pyspark_fenced_sink.protocol.fencing import WriterIdentity
 from pyspark_fenced_sink.protocol.filetag import FileTag, table_tag
@@ -42,7 +43,8 @@ class WritePlan:
         opts: Validated options.
         spec: What each task needs to write data files.
         identity: The opened writer (batch writes); None for streaming (claimed per run at commit).
-        mode: How the write changes the table (batch ``overwrite`` and streaming ``complete`` replace its rows).
+        mode: How the write changes the table: batch ``overwrite`` and streaming ``complete`` replace rows
+            (all of them, the partitions written, or the rows ``replace-where`` matches).
     """
 
     opts: SinkOptions
@@ -59,7 +61,14 @@ def plan_write(options: Any, schema: Any, overwrite: bool, *, streaming: bool) -
     logs.configure_from_env()
     opts = parse_options(dict(options), streaming=streaming)
     failpoints.configure(opts.failpoints)
+    mode = WriteMode(opts.write_mode(overwrite))
+    if opts.replace_where is not None:  # against the DataFrame's columns, before a table can be created
+        from pyspark_fenced_sink.iceberg.row_filter import bind_row_filter
+        from pyspark_fenced_sink.iceberg.schema import iceberg_schema_from_spark
+
+        bind_row_filter(opts.replace_where, iceberg_schema_from_spark(schema))
     table = resolve_table(load_catalog(opts.catalog), opts, schema)
+    _check_target(table, opts, mode)
     identity = None
     metadata = table.metadata
     table_id = table_tag(str(metadata.table_uuid))
@@ -83,8 +92,27 @@ def plan_write(options: Any, schema: Any, overwrite: bool, *, streaming: bool) -
         io_properties=io_properties(table),
         tag=tag,
         streaming=streaming,
+        row_filter=opts.replace_where,
     )
-    return WritePlan(opts, spec, identity, WriteMode.OVERWRITE if overwrite else WriteMode.APPEND)
+    return WritePlan(opts, spec, identity, mode)
+
+
+def _check_target(table: Any, opts: SinkOptions, mode: WriteMode) -> None:
+    """Refuse, before any task runs, a branch that is a tag and a replace-where the table cannot take now."""
+    from pyiceberg.table.refs import SnapshotRefType
+
+    from pyspark_fenced_sink.iceberg.row_filter import bind_row_filter
+    from pyspark_fenced_sink.iceberg.table_port import check_replace_where
+
+    ref = table.metadata.refs.get(opts.branch) if opts.branch else None
+    if ref is not None and ref.snapshot_ref_type != SnapshotRefType.BRANCH:
+        raise InvalidOptionsError(
+            f"option branch={opts.branch!r}: table {opts.table} has a tag of that name, not a branch; tags cannot "
+            "be written to: choose another branch name"
+        )
+    if mode is WriteMode.REPLACE_WHERE and opts.replace_where is not None:
+        bind_row_filter(opts.replace_where, table.metadata.schema())
+        check_replace_where(table, opts.branch, opts.replace_where, opts.table)
 
 
 def _abort_marker(run: str, batch: int | None) -> Path:
@@ -167,6 +195,9 @@ def commit_files(
         rows=rows,
         spec_id=plan.spec.spec_id,
         untuned=untuned,
+        row_filter=opts.replace_where,
+        branch=opts.branch,
+        properties=opts.snapshot_properties,
     )
     result = finish_write(ctx, entry, _remover(opened.table), view=view)
     marker.unlink(missing_ok=True)

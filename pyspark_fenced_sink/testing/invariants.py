@@ -15,25 +15,21 @@ from typing import Any
 
 from pyspark_fenced_sink.protocol.commit import CommitContext, recover
 from pyspark_fenced_sink.protocol.state import STATE_PROPERTY, CommitRecord, CommittedState, decode_record
-from pyspark_fenced_sink.protocol.wal import TOKEN_CHARS, EntryKind, Wal, WalEntry, encoded_path
+from pyspark_fenced_sink.protocol.wal import MAIN_BRANCH, TOKEN_CHARS, EntryKind, Wal, WalEntry, encoded_path
 
 
 def _records(table: Any) -> list[CommitRecord]:
-    """Commit records of the current snapshot's ancestry, oldest first."""
-    metadata = table.metadata
-    out: list[CommitRecord] = []
-    snapshot = metadata.current_snapshot()
-    while snapshot is not None:
+    """Commit records of every snapshot of the table (all branches), in position order."""
+    out: dict[tuple[int, tuple[tuple[str, str], ...]], CommitRecord] = {}
+    for snapshot in table.metadata.snapshots:
         record = decode_record(snapshot.summary.additional_properties if snapshot.summary else {})
-        if record is not None:
-            out.append(record)
-        parent = snapshot.parent_snapshot_id
-        snapshot = metadata.snapshot_by_id(parent) if parent is not None else None
-    return out[::-1]
+        if record is not None:  # a copy of a record (another tool's cherry-pick) counts once; a re-apply twice
+            out.setdefault((record.first, record.outcomes), record)
+    return sorted(out.values(), key=lambda r: r.first)
 
 
-def _live_paths(table: Any) -> list[str]:
-    snapshot = table.current_snapshot()
+def _live_paths(table: Any, branch: str = MAIN_BRANCH) -> list[str]:
+    snapshot = table.metadata.snapshot_by_name(branch)
     if snapshot is None:
         return []
     return [
@@ -70,18 +66,31 @@ def check_table(table: Any, wal: Wal, exists: Callable[[str], bool], *, truncate
     for r in records:
         for i, pair in enumerate(r.outcomes):
             outcome[r.first + i] = pair
-    # I1: applied entries' files are live once; files of entries not applied are not live.
-    live = Counter(_live_paths(table))
-    dup = [p for p, c in live.items() if c > 1]
-    if dup:
-        v.append(f"I1: data files referenced twice: {dup[:5]}")
+    # I1: applied entries' files are live once on their branch (unless a later applied entry replaced rows
+    # there); files of entries not applied are live on no branch.
     entries: dict[int, WalEntry] = {}
     for seq in wal.scan(0):
         entry = wal.read(seq)
         if entry is not None:
             entries[seq] = entry
-    applied_overwrites = (s for s, e in entries.items() if e.mode == "overwrite" and outcome.get(s, ("", ""))[1] == "A")
-    overwritten_after = max(applied_overwrites, default=-1)
+    branches = {MAIN_BRANCH, *(e.target for e in entries.values())}
+    live_on = {b: Counter(_live_paths(table, b)) for b in branches}
+    live = Counter({p: 1 for counts in live_on.values() for p in counts})
+    for branch, counts in live_on.items():
+        dup = [p for p, c in counts.items() if c > 1]
+        if dup:
+            v.append(f"I1: data files referenced twice on {branch}: {dup[:5]}")
+    replaced_after = {
+        b: max(
+            (
+                s
+                for s, e in entries.items()
+                if e.target == b and e.mode.replaces_rows and outcome.get(s, ("", ""))[1] == "A"
+            ),
+            default=-1,
+        )
+        for b in branches
+    }
     for seq, entry in sorted(entries.items()):
         if seq >= state.upper:
             continue
@@ -96,8 +105,8 @@ def check_table(table: Any, wal: Wal, exists: Callable[[str], bool], *, truncate
         if entry.kind is not EntryKind.DATA:
             continue
         paths = [encoded_path(f) for f in entry.files]
-        if code == "A" and seq >= overwritten_after:
-            missing = [p for p in paths if p not in live]
+        if code == "A" and seq >= replaced_after[entry.target]:
+            missing = [p for p in paths if p not in live_on[entry.target]]
             if missing:
                 v.append(f"I1: entry {seq} ({entry.writer}) applied but its files are not live: {missing[:3]}")
         elif code != "A":

@@ -56,8 +56,10 @@ from pyiceberg.typedef import Record
 from pyiceberg.types import BinaryType, IcebergType, StructType
 
 from pyspark_fenced_sink import failpoints
+from pyspark_fenced_sink.errors import WriteRejectedError
 from pyspark_fenced_sink.iceberg.datafiles import data_file_layout_version, encode_data_file
 from pyspark_fenced_sink.iceberg.partitioning import column_index
+from pyspark_fenced_sink.iceberg.row_filter import filter_columns, row_violations
 from pyspark_fenced_sink.iceberg.write_properties import dictionary_columns, parquet_kwargs, size_property
 from pyspark_fenced_sink.options import redact
 from pyspark_fenced_sink.protocol.filetag import FileTag
@@ -89,6 +91,7 @@ class WriteSpec:
             batch id) are filled in on the executor.
         streaming: True for a streaming write (batch id from the task context).
         buffer_bytes: Bound on Arrow data buffered by a task across partitions.
+        row_filter: A ``replace-where`` filter every row must satisfy (checked before it is written).
     """
 
     table: str
@@ -103,6 +106,7 @@ class WriteSpec:
     tag: FileTag
     streaming: bool = False
     buffer_bytes: int = BUFFER_BYTES_DEFAULT
+    row_filter: str | None = None
 
     def __repr__(self) -> str:
         """A representation with every secret-looking property value masked."""
@@ -299,6 +303,8 @@ class _TaskWriter:
 
     def add(self, batch: pa.RecordBatch) -> None:
         batch = conform_batch(batch, self.layout.arrow_schema, self.layout.required)
+        if self.spec.row_filter is not None:
+            self._check_rows(batch, self.spec.row_filter)
         if not self.layout.sources:
             self._buffer((), batch)
         else:
@@ -310,6 +316,20 @@ class _TaskWriter:
                     break
                 if part.rows:
                     self._write_row_group(part, part.rows)
+
+    def _check_rows(self, batch: pa.RecordBatch, row_filter: str) -> None:
+        """Fail the task (before the batch reaches a file) if a row does not satisfy ``replace-where``."""
+        bad = row_violations(batch, row_filter, self.spec.schema_json)
+        if bad.num_rows:
+            columns = [c for c in filter_columns(row_filter, self.spec.schema_json) if c in bad.schema.names]
+            shown = {c: bad.column(c)[0].as_py() for c in columns}
+            raise WriteRejectedError(
+                f"table {self.spec.table}: {bad.num_rows} row(s) of a batch do not satisfy replace-where "
+                f"{row_filter!r} (the first has {shown}); every row a replace-where writes must match its filter "
+                "(false or null does not), so this write fails and nothing of it is committed: fix the rows or "
+                "the filter",
+                table=self.spec.table,
+            )
 
     def _partition(self, key: tuple[Any, ...]) -> _Partition:
         layout = self.layout
@@ -427,6 +447,7 @@ def write_task(spec: WriteSpec, batches: Iterator[pa.RecordBatch], task: TaskInf
         SchemaMismatchError: a batch cannot be cast to the table's schema (a bug:
             the driver validates schemas first). The task's files are deleted.
         InvalidOptionsError: a table property has an invalid value.
+        WriteRejectedError: a row does not satisfy the ``replace-where`` filter (nothing of it was written).
     """
     writer = _TaskWriter(spec, task)
     try:

@@ -1,9 +1,11 @@
 """Schedules, writer programs and invariant checks for the model-based test.
 
 One *schedule* = a fresh catalog with one table, a random mix of simulated
-processes (anonymous batch appends and overwrites, ``writer.id`` batch jobs
-with batch ids, zombies and retries of fenced batches, streaming runs that
-restart, replay and overlap, a gc process that truncates the WAL, expires
+processes (anonymous batch appends, static and dynamic overwrites and
+replace-where writes, some to a branch and some with snapshot properties, a
+``publish`` of that branch, ``writer.id`` batch jobs with batch ids, zombies
+and retries of fenced batches, streaming runs that restart, replay and
+overlap, a gc process that truncates the WAL, expires
 anonymous writes and removes orphan files, a helper that runs ``recover``,
 and "another tool" performing ordinary catalog operations: drop and
 re-create, rename and re-create, purge, removing or editing the state
@@ -11,9 +13,15 @@ property, changing and reverting the partition spec, losing a control
 object — each followed by the operator's way out where one is needed), random
 faults (crashes at any request, ambiguous puts, unknown catalog commit
 outcomes, slow processes with stale views), a seeded interleaving, then a
-final repair/recover per table and the invariants I1-I9 (``check``). Every
-process runs the production code paths (``fencing``, ``outcome``,
-``commit``, ``repair``, ``ops.gc``).
+final repair/recover per table and the invariants I1-I9 (``check``), among
+them that every branch holds exactly what replaying the applied entries in WAL
+order gives (``_replay``: an oracle written apart from the code under test).
+Every process runs the production code paths (``fencing``, ``outcome``,
+``commit``, ``repair``, ``ops.gc``, ``replace``).
+
+Model data files carry a partition ``part`` (0 or 1) and the range
+``lo..hi`` of a column ``v``; model row filters are ``part = P`` and
+``v >= K`` (``memory_port.model_match``).
 """
 
 from __future__ import annotations
@@ -41,13 +49,15 @@ from pyspark_fenced_sink.protocol.fencing import WriterIdentity, open_writer, st
 from pyspark_fenced_sink.protocol.filetag import FileTag, table_tag
 from pyspark_fenced_sink.protocol.layout import control_root, seq_of, wal_key
 from pyspark_fenced_sink.protocol.outcome import data_entry, finish_write
+from pyspark_fenced_sink.protocol.publish import publish_entry
 from pyspark_fenced_sink.protocol.reconcile import Outcome
 from pyspark_fenced_sink.protocol.repair import SkipRefused, repair_state, skip_position
 from pyspark_fenced_sink.protocol.view import TableIdentity, bind
-from pyspark_fenced_sink.protocol.wal import TOKEN_CHARS, EntryKind, Wal, WalEntry, decode_entry
+from pyspark_fenced_sink.protocol.wal import MAIN_BRANCH, TOKEN_CHARS, EntryKind, Wal, WalEntry, decode_entry
 from pyspark_fenced_sink.store.memory import MemoryStore
 
 from .memory_port import NAME, MemoryCatalog, MemoryTable, MemoryTablePort
+from .oracle import replay
 from .sched import Scheduler
 
 #: What a write may legitimately end with besides success (recorded on the Write, checked by ``check``).
@@ -103,14 +113,26 @@ class Env:
     #: The catalog behind the processes: the in-memory one unless a backend
     #: (``tests/model/sqlite_backend``) installs a real catalog port.
     port_factory: Callable[[Env], Any] | None = None
-    #: Encodes one data file for a WAL entry; the default is a bare model dict.
-    encode_file: Callable[[str, str], dict[str, Any]] = lambda path, key: {"p": path, "key": key}
+    #: Encodes one data file (path, key, part, lo, hi) for a WAL entry; the default is a bare model dict.
+    encode_file: Callable[[str, str, int, int, int], dict[str, Any]] = lambda path, key, part, lo, hi: {
+        "p": path,
+        "key": key,
+        "s": 0,
+        "pt": [f"p{part}"],
+        "part": part,
+        "lo": lo,
+        "hi": hi,
+    }
     #: True when the backend supports the catalog operations of ``other_tool`` (the in-memory catalog).
     catalog_ops: bool = True
     injected: Counter[str] = field(default_factory=Counter)
     #: Streaming runs refused as fenced: (process, writer, run, the run that was current).
     fences: list[tuple[str, str, str, str | None]] = field(default_factory=list)
     _ambiguous_streak: Counter[str] = field(default_factory=Counter)
+    #: Draws for the write modes (mode, filter, branch, properties, file partitions): a stream of its own, so
+    #: a schedule without them (``features`` False) interleaves exactly as before they existed.
+    feat: random.Random = field(default_factory=random.Random)
+    features: bool = True
 
     def __post_init__(self) -> None:
         if not self.catalog.created:
@@ -180,12 +202,17 @@ class Env:
             ctx.check(raw)
         return ctx
 
-    def write_files(self, tag: FileTag, key: str, count: int) -> list[dict[str, Any]]:
-        """Executors write ``count`` files for logical row set ``key``."""
+    def write_files(self, tag: FileTag, key: str, count: int, row_filter: str | None = None) -> list[dict[str, Any]]:
+        """Executors write ``count`` files for logical row set ``key`` (rows satisfying ``row_filter``)."""
         files = []
         for i in range(count):
             name = FileTag(tag.writer, tag.ephemeral, tag.epoch, tag.opened, tag.batch, i, 0, table=tag.table)
-            encoded = self.encode_file(name.file_name(), f"{key}#{i}")
+            part, lo = self.feat.randint(0, 1), self.feat.randint(0, 9)
+            if row_filter is not None:  # the executors' check: every row written satisfies the filter
+                column, _, value = row_filter.split()
+                part, lo = (int(value), lo) if column == "part" else (part, max(lo, int(value)))
+            hi = min(9, lo + self.feat.randint(0, 2))
+            encoded = self.encode_file(name.file_name(), f"{key}#{i}", part, lo, hi)
             self.disk[str(encoded["p"])] = FileTag.parse(name.file_name()) or tag
             files.append(encoded)
         return files
@@ -225,7 +252,25 @@ def _tag(
     return FileTag(writer, ephemeral, epoch, opened, batch, table=table_tag(ctx.identity.uuid if ctx.identity else ""))
 
 
-def anon_write(env: Env, name: str, mode: str) -> None:
+@dataclass(frozen=True)
+class Target:
+    """Where and how a write lands: mode, row filter (replace-where), branch, snapshot properties."""
+
+    mode: str = "append"
+    row_filter: str | None = None
+    branch: str | None = None
+    properties: tuple[tuple[str, str], ...] = ()
+
+    @classmethod
+    def draw(cls, rng: random.Random, name: str, modes: tuple[str, ...], weights: tuple[float, ...]) -> Target:
+        mode = rng.choices(modes, weights)[0]
+        row_filter = rng.choice(["part = 0", "part = 1", "v >= 5", "v >= 8"]) if mode == "filter" else None
+        branch = "audit" if rng.random() < 0.15 else None
+        properties = (("job", rng.choice([name, "shared"])),) if rng.random() < 0.2 else ()
+        return cls(mode, row_filter, branch, properties)
+
+
+def anon_write(env: Env, name: str, target: Target) -> None:
     write = Write(name, f"anon:{name}")
     ctx = _begin(env, write)
     if ctx is None:
@@ -236,8 +281,27 @@ def anon_write(env: Env, name: str, mode: str) -> None:
     except WRITE_ERRORS as e:
         write.error = e
         return
-    files = env.write_files(_tag(ctx, ident.writer, True, None, ident.opened, None), write.key, env.rng.randint(0, 2))
-    _run_write(env, write, data_entry(ident, files, mode=mode, spec_id=view.spec_id), ctx)
+    tag = _tag(ctx, ident.writer, True, None, ident.opened, None)
+    files = env.write_files(tag, write.key, env.rng.randint(0, 2), target.row_filter)
+    entry = data_entry(
+        ident,
+        files,
+        mode=target.mode,
+        spec_id=view.spec_id,
+        row_filter=target.row_filter,
+        branch=target.branch,
+        properties=dict(target.properties),
+    )
+    _run_write(env, write, entry, ctx)
+
+
+def publish_process(env: Env, name: str, delay: float) -> None:
+    """``fencedlake publish TABLE audit``: fast-forward main to the branch through the WAL."""
+    env.sched.sleep(delay)
+    write = Write(name, f"publish:{name}")
+    ctx = _begin(env, write)
+    if ctx is not None:
+        _run_write(env, write, publish_entry("audit"), ctx)
 
 
 def batch_job(env: Env, name: str, writer: str, batch: int, retries: int = 1) -> None:
@@ -261,7 +325,7 @@ def batch_job(env: Env, name: str, writer: str, batch: int, retries: int = 1) ->
 
 
 def stream_run(
-    env: Env, name: str, writer: str, query: str, batches: int, delay: int, mode: str, skip: int = 0
+    env: Env, name: str, writer: str, query: str, batches: int, delay: int, target: Target, skip: int = 0
 ) -> None:
     """A streaming run; ``skip`` > 0 models a lost checkpoint that jumps batch ids."""
     for _ in range(delay):
@@ -284,9 +348,19 @@ def stream_run(
         except WRITE_ERRORS as e:
             write.error = e
             return
-        files = env.write_files(_tag(ctx, writer, False, None, 0, b), write.key, 1)
+        files = env.write_files(_tag(ctx, writer, False, None, 0, b), write.key, 1, target.row_filter)
         identity = WriterIdentity(writer, False, epoch, view.state.upper, run)
-        entry = data_entry(identity, files, batch=b, query=query, strict=True, mode=mode, spec_id=view.spec_id)
+        entry = data_entry(
+            identity,
+            files,
+            batch=b,
+            query=query,
+            strict=True,
+            mode=target.mode,
+            spec_id=view.spec_id,
+            branch=target.branch,
+            properties=dict(target.properties),
+        )
         _run_write(env, write, entry, ctx, view)
         if isinstance(write.error, FencedWriterError):
             now = env.port().load_unchecked() if env.port_factory is None else None
@@ -413,23 +487,29 @@ def build_schedule(env: Env) -> None:
         weight = 0.1 if f.slow and rng.random() < 0.3 else 1.0
         sched.spawn(name, fn, weight=weight, crash_p=f.crash_p if crashable else 0.0)
 
+    feat = env.feat
+    anon_modes = ("append", "overwrite", "dynamic", "filter")
     for i in range(rng.randint(0, 3)):
-        mode = "overwrite" if rng.random() < 0.15 else "append"
-        spawn(f"anon{i}", lambda i=i, mode=mode: anon_write(env, f"anon{i}", mode))
+        target = Target("overwrite" if rng.random() < 0.15 else "append")
+        if env.features:
+            target = Target.draw(feat, f"anon{i}", anon_modes, (0.6, 0.1, 0.15, 0.15))
+        spawn(f"anon{i}", lambda i=i, t=target: anon_write(env, f"anon{i}", t))
     for i in range(rng.randint(0, 2)):
         batch = rng.randint(0, 2)
         spawn(f"job{i}", lambda i=i, b=batch: batch_job(env, f"job{i}", "nightly", b))
     for q in range(rng.randint(0, 2)):
         writer, query = f"stream{q}", f"query{q}"
         for r in range(rng.randint(1, 2)):
-            mode = "overwrite" if rng.random() < 0.1 else "append"
+            target = Target("overwrite" if rng.random() < 0.1 else "append")
+            if env.features:
+                target = Target.draw(feat, writer, ("append", "overwrite", "dynamic"), (0.85, 0.1, 0.05))
             odd = rng.random()
             q_run = f"other-{query}" if odd < 0.05 else query  # another query reusing the writer.id
             skip = 3 if 0.05 <= odd < 0.1 else 0  # a lost checkpoint
             spawn(
                 f"{writer}.run{r}",
-                lambda w=writer, q=q_run, r=r, m=mode, k=skip: stream_run(
-                    env, f"{w}.run{r}", w, q, rng.randint(1, 3), r * 5, m, k
+                lambda w=writer, q=q_run, r=r, t=target, k=skip: stream_run(
+                    env, f"{w}.run{r}", w, q, rng.randint(1, 3), r * 5, t, k
                 ),
             )
     if rng.random() < 0.4:
@@ -440,6 +520,9 @@ def build_schedule(env: Env) -> None:
         choices = ["drop", "rename", "purge", "lose-state", "edit-state", "spec", "spec", "lose-object"]
         ops = [rng.choice(choices) for _ in range(rng.randint(1, 2))]
         spawn("tool", lambda: other_tool(env, ops), crashable=False)
+    if env.features and feat.random() < 0.3:
+        delay = feat.uniform(0.05, 0.6)
+        spawn("publish", lambda: publish_process(env, "publish", delay))
 
 
 class Backend(Protocol):
@@ -504,6 +587,8 @@ def run_schedule(
         slow=rng.random() < 0.3,
     )
     env = Env(Scheduler(rng), rng, faults, rebase_on_conflict=rebase_on_conflict)
+    env.feat = random.Random(seed * 1_000_003 + 7)
+    env.features = env.feat.random() < 0.6
     if backend is not None:
         backend.install(env, seed)
     build_schedule(env)
@@ -543,9 +628,12 @@ def coverage(env: Env, finals: list[Final]) -> Counter[str]:
     c["state refused (lost/edited)"] += sum(isinstance(w.error, TableStateError) for w in env.writes)
     c["table changed under a write"] += sum(isinstance(w.error, TableChangedError) for w in env.writes)
     c["applied by a peer's commit"] += sum(w.by_peer and w.outcome is Outcome.APPLIED for w in env.writes)
-    c["overwrites applied"] += sum(
-        1 for w in env.writes if w.entry is not None and w.entry.mode == "overwrite" and w.outcome is Outcome.APPLIED
-    )
+    for w in env.writes:
+        if w.entry is not None and w.outcome is Outcome.APPLIED:
+            c[f"{w.entry.mode.value} applied"] += 1
+            c["branch writes applied"] += w.entry.branch is not None
+            c["writes with snapshot properties applied"] += bool(w.entry.properties)
+    c["overwrites applied"] = c["overwrite applied"]
     c["fenced batch retried and applied"] += sum(
         1
         for a, b in itertools.pairwise(env.writes)
@@ -577,7 +665,7 @@ def check(env: Env, finals: list[Final]) -> list[str]:
             v.append(f"I5: {w.proc} ended with an unknown outcome without faults preventing it: {w.error}")
     v.extend(_check_false_fences(env))
     missing = [
-        p for f in finals for p in f.table.files if str(p["p"]) not in env.disk and str(p["p"]) not in env.purged
+        p for f in finals for p in f.table.all_live() if str(p["p"]) not in env.disk and str(p["p"]) not in env.purged
     ]
     if missing:
         paths = [str(p["p"]) for p in missing]
@@ -606,8 +694,14 @@ def _check_table(env: Env, final: Final, writes: list[Write], key_table: Mapping
     leftover = ctx.wal.scan(t.state.upper)
     if leftover:
         v.append(f"I3/I5: {name}: entries still pending after recover: {leftover}")
-    overwrites = sum(1 for w in writes if w.entry is not None and w.entry.mode == "overwrite")
-    bound = final.pending_before // 2 + overwrites + 2
+    # Entries that cannot join a commit started by another (a replace, a publish, another branch or other
+    # snapshot properties) may each need a commit of their own.
+    breaks = sum(
+        1
+        for w in writes
+        if w.entry is not None and (w.entry.mode.replaces_rows or w.entry.branch or w.entry.properties)
+    )
+    bound = final.pending_before // 2 + breaks + 2
     if final.commits > bound:
         v.append(f"I5: {name}: recover needed {final.commits} commits for {final.pending_before} pending")
     store = ctx.wal.store
@@ -635,46 +729,43 @@ def _check_table(env: Env, final: Final, writes: list[Write], key_table: Mapping
     by_token = {w.entry.token[:TOKEN_CHARS]: w.entry for w in writes if w.entry is not None}
     by_token.update({e.token[:TOKEN_CHARS]: e for e in entries.values()})
     applied_tokens = Counter(tok for tok, o in outcome_at.values() if o is Outcome.APPLIED)
-    keys = Counter(str(f["key"]) for f in t.files)
-    dup_keys = {k: c for k, c in keys.items() if c > 1}
-    if dup_keys:
-        v.append(f"I1: {name}: duplicated rows in the table: {dup_keys}")
+    for branch in (MAIN_BRANCH, *t.branches):
+        dup_keys = {k: c for k, c in Counter(str(f["key"]) for f in t.live(branch)).items() if c > 1}
+        if dup_keys:
+            v.append(f"I1: {name}: duplicated rows on branch {branch}: {dup_keys}")
+    keys = {str(f["key"]) for f in t.all_live()}
     if any(c > 1 for c in applied_tokens.values()):
         v.append(f"I1/I7: {name}: an entry was applied twice: {[k for k, c in applied_tokens.items() if c > 1]}")
     # I8: rows of a table come only from writes made to that table (never another table's replayed log).
     foreign = sorted({k for k in keys if key_table.get(k.rsplit("#", 1)[0]) != t.uuid})
     if foreign:
         v.append(f"I8: {name}: rows written to another table (by identity) are in this one: {foreign[:4]}")
-    applied_seq_of_key: dict[str, int] = {}
-    overwrite_seqs = []
-    for s, (tok, o) in outcome_at.items():
-        entry = by_token.get(tok)
-        if o is Outcome.APPLIED and entry is not None:
-            if entry.mode == "overwrite":
-                overwrite_seqs.append(s)
-            for f in entry.files:
-                applied_seq_of_key[str(f["key"])] = s
-    for key in keys:
-        if key not in applied_seq_of_key:
-            v.append(f"model: {name}: {key} is in the table but no applied entry carries it")
+    applied_keys = {
+        str(f["key"])
+        for tok, o in outcome_at.values()
+        if o is Outcome.APPLIED and (entry := by_token.get(tok)) is not None
+        for f in entry.files
+    }
+    for key in sorted(keys - applied_keys):
+        v.append(f"model: {name}: {key} is in the table but no applied entry carries it")
+    # I1/I9: every branch holds exactly what replaying the applied entries in WAL order gives.
+    v.extend(replay(t, outcome_at, by_token))
     for w in writes:
         if w.entry is None:
             continue
         if w.outcome is Outcome.DUPLICATE:
             v.extend(_check_duplicate(w, outcome_at, by_token))
         elif w.outcome is Outcome.APPLIED:
-            for f in w.entry.files:
-                key = str(f["key"])
-                applied_at = applied_seq_of_key.get(key)
-                if applied_at is None:
-                    v.append(f"I1/I9: {w.proc} reported APPLIED for {key} but it was never applied")
-                elif key not in keys and not any(s > applied_at for s in overwrite_seqs):
-                    v.append(f"I1/I9: {w.proc} reported APPLIED for {key} but its rows are not in the table")
+            v.extend(
+                f"I1/I9: {w.proc} reported APPLIED for {f['key']} but it was never applied"
+                for f in w.entry.files
+                if str(f["key"]) not in applied_keys
+            )
         paths = {str(f["p"]) for f in w.entry.files}
         if isinstance(w.error, (FencedWriterError, WriteRejectedError)) and paths & t.ever_referenced:
             v.append(f"I1/I4/I9: {w.proc} got {type(w.error).__name__} but its files were applied")
     v.extend(_check_fencing(outcome_at, by_token))
-    if {str(f["p"]) for f in t.files} - t.ever_referenced:
+    if {str(f["p"]) for f in t.all_live()} - t.ever_referenced:
         v.append("model bug: live files not recorded as referenced")
     return v
 

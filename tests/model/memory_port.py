@@ -2,8 +2,11 @@
 
 A catalog maps names to tables; each table has a UUID, a location, a version
 register with compare-and-swap (what a real catalog does on the metadata
-location), an optional ``fencedlake.state`` property, a partition spec id and
-its commit records. Catalog operations other tools perform — drop and
+location), an optional ``fencedlake.state`` property, a partition spec id, its
+commit records, and per branch its live files and a lineage of snapshots
+(:func:`apply_plan`: what a commit does, with the production decisions of
+``protocol.replace`` — which files a replacing entry removes at apply time,
+whether a publish may move main). Catalog operations other tools perform — drop and
 re-create, rename, purge, removing or editing the state property, changing
 and reverting the partition spec — are methods here, so the model can run
 them between protocol steps. The port can inject unknown commit outcomes and,
@@ -20,19 +23,30 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pyspark_fenced_sink.errors import InvalidOptionsError
+from pyspark_fenced_sink.protocol import replace as rules
 from pyspark_fenced_sink.protocol.commit import CommitConflict, CommitUnknown
 from pyspark_fenced_sink.protocol.reconcile import ReconcilePlan
+from pyspark_fenced_sink.protocol.replace import EntryRefused, LiveFile, Match
 from pyspark_fenced_sink.protocol.state import CommitRecord, CommittedState
 from pyspark_fenced_sink.protocol.view import TableView
-from pyspark_fenced_sink.protocol.wal import WalEntry
+from pyspark_fenced_sink.protocol.wal import MAIN_BRANCH, WalEntry, WriteMode
 
 LOCATION = "mem://warehouse/model/table"
 NAME = "model.table"
 
 
+Files = list[Mapping[str, Any]]
+
+
 @dataclass
 class MemoryTable:
-    """The catalog's view of one table: identity, versions, state, live files, commit records."""
+    """The catalog's view of one table: identity, versions, state, live files, commit records.
+
+    ``files`` are main's live files; ``branches`` other branches'. ``heads`` and ``lineage``
+    (snapshot id -> (parent, changed data)) are what a publish is judged on; ``history`` keeps
+    (upper after the commit, branch, its live files) for each commit; ``commits`` the branch and
+    snapshot properties of each commit record (by its first position).
+    """
 
     uuid: str = field(default_factory=lambda: str(uuid.uuid4()))
     location: str = LOCATION
@@ -45,6 +59,88 @@ class MemoryTable:
     states: list[CommittedState] = field(default_factory=lambda: [CommittedState()])
     ever_referenced: set[str] = field(default_factory=set)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    branches: dict[str, Files] = field(default_factory=dict)
+    heads: dict[str, int | None] = field(default_factory=lambda: {MAIN_BRANCH: None})
+    lineage: dict[int, tuple[int | None, bool]] = field(default_factory=dict)
+    history: list[tuple[int, str, tuple[Mapping[str, Any], ...]]] = field(default_factory=list)
+    commits: dict[int, tuple[str, tuple[tuple[str, str], ...]]] = field(default_factory=dict)
+
+    def live(self, branch: str) -> Files:
+        """The live files of ``branch`` (a branch that does not exist yet would fork main)."""
+        return self.files if branch == MAIN_BRANCH else self.branches.get(branch, self.files)
+
+    def all_live(self) -> Files:
+        """Live files of every branch."""
+        return [f for files in (self.files, *self.branches.values()) for f in files]
+
+    def snapshot(self, branch: str, changed: bool) -> None:
+        """A new snapshot on ``branch``."""
+        sid = len(self.lineage) + 1
+        self.lineage[sid] = (self.heads.get(branch), changed)
+        self.heads[branch] = sid
+
+
+def model_match(row_filter: str) -> Callable[[Mapping[str, Any]], Match]:
+    """The model's row filters, ``part = P`` and ``v >= K``, against a model file's partition and ``v`` range."""
+    column, _, value = row_filter.split()
+    k = int(value)
+    if column == "part":
+        return lambda f: Match.ALL if f["part"] == k else Match.NONE
+    return lambda f: Match.ALL if f["lo"] >= k else Match.NONE if f["hi"] < k else Match.SOME
+
+
+def live_files(t: MemoryTable, branch: str, head: WalEntry) -> Files:
+    """The files a replacing ``head`` is applied against: those live on its branch now (apply time)."""
+    return t.live(branch)
+
+
+def apply_plan(t: MemoryTable, plan: ReconcilePlan, entries: Mapping[int, WalEntry], record: CommitRecord) -> None:
+    """What one commit of ``plan`` does to ``t`` (caller holds ``t.lock``).
+
+    Raises:
+        EntryRefused: the plan's head cannot be applied (``seq`` names it); nothing changed.
+    """
+    head = entries[plan.head] if plan.head is not None else None
+    branch = plan.branch
+    added = [f for s in plan.apply for f in entries[s].files]
+    if head is not None and plan.mode is WriteMode.PUBLISH:
+        source = str(head.branch)
+        try:
+            target = rules.check_fast_forward(source, t.heads[MAIN_BRANCH], t.heads.get(source), t.lineage)
+        except EntryRefused as e:
+            raise EntryRefused(e.reason, plan.head) from e
+        files, changed = list(t.branches[source]), False
+        t.heads[MAIN_BRANCH] = target
+    else:
+        live = live_files(t, branch, head) if head is not None and plan.mode.replaces_rows else t.live(branch)
+        doomed: set[str] = set()
+        if head is not None and plan.mode.replaces_rows:
+            by_path = {str(f["p"]): f for f in live}
+            described = [LiveFile(p, int(f.get("s", 0)), tuple(f.get("pt", ()))) for p, f in by_path.items()]
+            match = model_match(head.row_filter) if head.row_filter else None
+            classify = (lambda x: match(by_path[x.path])) if match else None
+            try:
+                doomed = {x.path for x in rules.removals(head, described, classify)}
+            except EntryRefused as e:
+                raise EntryRefused(e.reason, plan.head) from e
+        files = [f for f in t.live(branch) if str(f["p"]) not in doomed] + added
+        changed = bool(added or doomed)
+        if branch != MAIN_BRANCH and branch not in t.branches:
+            if t.heads[MAIN_BRANCH] is None:  # an empty table: main gets an empty snapshot to fork from
+                t.snapshot(MAIN_BRANCH, False)
+            t.heads[branch] = t.heads[MAIN_BRANCH]
+    if branch == MAIN_BRANCH:
+        t.files = files
+    else:
+        t.branches[branch] = files
+    t.snapshot(branch, changed)
+    t.ever_referenced.update(str(f["p"]) for f in added)
+    t.version += 1
+    t.state, t.has_state = plan.state, True
+    t.states.append(plan.state)
+    t.records.append((t.version, record))
+    t.commits[record.first] = (branch, plan.properties)
+    t.history.append((plan.state.upper, branch, tuple(files)))
 
 
 @dataclass
@@ -146,15 +242,7 @@ class MemoryTablePort:
             self._cas(t, base)
             if fault == "unknown-before":
                 raise CommitUnknown("response lost before the commit reached the catalog")
-            added = [f for s in plan.apply for f in entries[s].files]
-            if plan.overwrite:
-                t.files = []
-            t.files.extend(added)
-            t.ever_referenced.update(str(f["p"]) for f in added)
-            t.version += 1
-            t.state, t.has_state = plan.state, True
-            t.states.append(plan.state)
-            t.records.append((t.version, record))
+            apply_plan(t, plan, entries, record)
         if fault == "unknown-after":
             raise CommitUnknown("response lost after the commit landed")
         return self.load_unchecked()

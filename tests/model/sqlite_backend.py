@@ -21,23 +21,33 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from pyiceberg.conversions import to_bytes
 from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
+from pyiceberg.partitioning import PartitionField, PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table, Transaction
+from pyiceberg.transforms import IdentityTransform
 from pyiceberg.typedef import Record
-from pyiceberg.types import LongType, NestedField
+from pyiceberg.types import IntegerType, LongType, NestedField
 
 from pyspark_fenced_sink.iceberg.catalogs import embedded_catalog
 from pyspark_fenced_sink.iceberg.datafiles import encode_data_file
 from pyspark_fenced_sink.iceberg.table_port import IcebergTablePort
 from pyspark_fenced_sink.protocol.commit import CommitUnknown, TableView
 from pyspark_fenced_sink.protocol.reconcile import ReconcilePlan
+from pyspark_fenced_sink.protocol.replace import EntryRefused
 from pyspark_fenced_sink.protocol.state import STATE_PROPERTY, CommitRecord, CommittedState
-from pyspark_fenced_sink.protocol.wal import WalEntry
+from pyspark_fenced_sink.protocol.wal import MAIN_BRANCH, WalEntry
 
 from .harness import Env
+from .memory_port import apply_plan
 
-_SCHEMA = Schema(NestedField(1, "id", LongType(), required=False))
+_SCHEMA = Schema(
+    NestedField(1, "id", LongType(), required=False),
+    NestedField(2, "part", IntegerType(), required=False),
+    NestedField(3, "v", LongType(), required=False),
+)
+_SPEC = PartitionSpec(PartitionField(source_id=2, field_id=1000, transform=IdentityTransform(), name="part"))
 #: pyiceberg's retry (only used by the rebase mutant) should not sleep for real.
 _FAST_RETRY = {"commit.retry.min-wait-ms": "1", "commit.retry.max-wait-ms": "2"}
 
@@ -77,16 +87,11 @@ class _ModelPort(IcebergTablePort):
 
     def _mirror(self, plan: ReconcilePlan, entries: Mapping[int, WalEntry], record: CommitRecord) -> None:
         t = self.env.table
-        added = [f for s in plan.apply for f in entries[s].files]
         with t.lock:
-            if plan.overwrite:
-                t.files = []
-            t.files.extend(added)
-            t.ever_referenced.update(str(f["p"]) for f in added)
-            t.version += 1
-            t.state, t.has_state = plan.state, True
-            t.states.append(plan.state)
-            t.records.append((t.version, record))
+            try:
+                apply_plan(t, plan, entries, record)
+            except EntryRefused as e:  # the real port applied what the model refuses: verify() reports it
+                self.env.injected[f"backend: the model refuses what pyiceberg applied: {e.reason[:80]}"] += 1
 
     def _submit(self, table: Table, tx: Transaction, requirements: tuple[Any, ...]) -> None:
         if not self.env.rebase_on_conflict:
@@ -108,21 +113,26 @@ class SqliteBackend:
         name = f"model.t{seed}"
         if self.catalog.table_exists(name):
             self.catalog.drop_table(name)
-        table = self.catalog.create_table(name, _SCHEMA, properties=_FAST_RETRY)
+        table = self.catalog.create_table(name, _SCHEMA, partition_spec=_SPEC, properties=_FAST_RETRY)
         partition_type = table.spec().partition_type(table.schema())
         data_dir = f"{table.location()}/data"
+        spec_id = table.spec().spec_id
 
-        def encode_file(file_name: str, key: str) -> dict[str, Any]:
+        def encode_file(file_name: str, key: str, part: int, lo: int, hi: int) -> dict[str, Any]:
             df = DataFile.from_args(
                 content=DataFileContent.DATA,
                 file_path=f"{data_dir}/{file_name}",
                 file_format=FileFormat.PARQUET,
-                partition=Record(),
-                record_count=1,
+                partition=Record(part),
+                record_count=2,
                 file_size_in_bytes=100,
+                value_counts={2: 2, 3: 2},
+                null_value_counts={2: 0, 3: 0},
+                lower_bounds={2: to_bytes(IntegerType(), part), 3: to_bytes(LongType(), lo)},
+                upper_bounds={2: to_bytes(IntegerType(), part), 3: to_bytes(LongType(), hi)},
             )
-            df.spec_id = 0
-            return {**encode_data_file(df, partition_type), "key": key}
+            df.spec_id = spec_id
+            return {**encode_data_file(df, partition_type), "key": key, "part": part, "lo": lo, "hi": hi}
 
         env.encode_file = encode_file
         env.catalog_ops = False  # drop/rename/purge and friends run on the in-memory catalog only
@@ -140,9 +150,12 @@ class SqliteBackend:
         state = CommittedState.decode(table.properties.get(STATE_PROPERTY))
         if state != env.table.state:
             v.append(f"backend: catalog state {state} != mirrored {env.table.state}")
-        scan = table.scan().plan_files()
-        live = sorted(task.file.file_path for task in scan)
-        mirrored = sorted(str(f["p"]) for f in env.table.files)
-        if live != mirrored:
-            v.append(f"backend: live files {live[:4]} != mirrored {mirrored[:4]}")
+        v.extend(k for k in env.injected if k.startswith("backend:"))
+        for branch in (MAIN_BRANCH, *env.table.branches):
+            ref = table.refs().get(branch)
+            scan = table.scan(snapshot_id=ref.snapshot_id).plan_files() if ref is not None else []
+            live = sorted(task.file.file_path for task in scan)
+            mirrored = sorted(str(f["p"]) for f in env.table.live(branch))
+            if live != mirrored:
+                v.append(f"backend: live files of {branch} {live[:4]} != mirrored {mirrored[:4]}")
         return v

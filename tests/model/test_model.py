@@ -1,9 +1,11 @@
-"""Model-based interleaving test of the Spark-free core (invariants I1-I7).
+"""Model-based interleaving test of the Spark-free core (invariants I1-I9).
 
-Thousands of seeded schedules of concurrent writers, zombies, crashes,
-ambiguous puts, unknown commit outcomes, gc and recover run the production
-protocol code over the in-memory store and an in-memory catalog register;
-every schedule is checked (``tests/model/harness.check``). A second test
+Thousands of seeded schedules of concurrent writers (appends, static and
+dynamic overwrites, replace-where, branch writes, snapshot properties,
+publishes), zombies, crashes, ambiguous puts, unknown commit outcomes, gc and
+recover run the production protocol code over the in-memory store and an
+in-memory catalog register; every schedule is checked
+(``tests/model/harness.check``, ``tests/model/oracle.replay``). A second test
 repeats schedules over a real SQLite catalog through pyiceberg
 (``tests/model/sqlite_backend``). The mutation tests prove the model catches
 the bugs this project exists to prevent. A failing seed reproduces with
@@ -24,15 +26,19 @@ import pytest
 import pyspark_fenced_sink.protocol.commit as commit_module
 import pyspark_fenced_sink.protocol.fencing as fencing_module
 import pyspark_fenced_sink.protocol.reconcile as reconcile_module
+import pyspark_fenced_sink.protocol.replace as replace_module
 import pyspark_fenced_sink.protocol.view as view_module
 import pyspark_fenced_sink.protocol.wal as wal_module
 from pyspark_fenced_sink.errors import StoreError
 from pyspark_fenced_sink.protocol.layout import seq_of
 from pyspark_fenced_sink.protocol.reconcile import Outcome, Position
+from pyspark_fenced_sink.protocol.replace import Match
+from pyspark_fenced_sink.protocol.wal import WriteMode
 from pyspark_fenced_sink.store.base import Claim
 from pyspark_fenced_sink.store.memory import MemoryStore
 
 from . import harness as harness_module
+from . import memory_port as memory_port_module
 from .harness import run_schedule
 from .sqlite_backend import SqliteBackend
 
@@ -84,6 +90,12 @@ def test_random_schedules_keep_every_invariant() -> None:
             "state refused (lost/edited)",
             "damaged objects skipped",
             "fenced batch retried and applied",
+            "dynamic applied",
+            "filter applied",
+            "outcome:REFUSED",
+            "publish applied",
+            "branch writes applied",
+            "writes with snapshot properties applied",
         ):
             assert stats[case] > 0, f"no schedule reached {case!r}: the model lost coverage"
 
@@ -170,6 +182,51 @@ def _judge_batch_by_the_highest(entry, current):  # type: ignore[no-untyped-def]
     return None
 
 
+def _live_at_write_time(t, branch, head):  # type: ignore[no-untyped-def]
+    """A dynamic overwrite resolved against the files live when its writer read the table, not at apply time."""
+    if head.mode is not WriteMode.DYNAMIC:
+        return t.live(branch)
+    files: list[object] = []
+    for upper, committed_on, live in t.history:
+        if upper > head.opened:
+            break
+        if committed_on == branch:
+            files = list(live)
+    return files
+
+
+def _straddlers_removed_whole(entry, live, match=None):  # type: ignore[no-untyped-def]
+    """Replace-where that removes a file straddling its filter instead of refusing (loses rows outside it)."""
+    original = _ORIGINAL_REMOVALS
+    if match is None:
+        return original(entry, live)
+    return original(entry, live, lambda f: Match.ALL if match(f) is Match.SOME else match(f))
+
+
+_ORIGINAL_REMOVALS = replace_module.removals
+
+
+def _publish_without_check(branch, main_head, branch_head, history):  # type: ignore[no-untyped-def]
+    """A publish that moves main to the branch even when main changed data since the fork."""
+    return branch_head if branch_head is not None else _ORIGINAL_FAST_FORWARD(branch, main_head, branch_head, history)
+
+
+_ORIGINAL_FAST_FORWARD = replace_module.check_fast_forward
+
+
+def _joins_ignoring(what: str) -> Callable[..., bool]:
+    """Commit grouping that lets appends of another branch (or other snapshot properties) join."""
+
+    def joins(head, entry):  # type: ignore[no-untyped-def]
+        if not head.mode.takes_appends or entry.mode is not WriteMode.APPEND:
+            return False
+        same_branch = what == "branch" or entry.target == head.target
+        same_props = what == "properties" or entry.properties == head.properties
+        return same_branch and same_props
+
+    return joins
+
+
 @contextlib.contextmanager
 def _both(*patches: contextlib.AbstractContextManager[None]) -> Iterator[None]:
     with contextlib.ExitStack() as stack:
@@ -213,6 +270,20 @@ MUTANTS = {
         _patched(reconcile_module, "_judge_batch", _judge_batch_by_the_highest),
         {},
     ),
+    "dynamic overwrite resolved at write time, not apply time": (
+        _patched(memory_port_module, "live_files", _live_at_write_time),
+        {},
+    ),
+    "replace-where removes a straddling file whole": (
+        _patched(replace_module, "removals", _straddlers_removed_whole),
+        {},
+    ),
+    "publish without the fast-forward check": (
+        _patched(replace_module, "check_fast_forward", _publish_without_check),
+        {},
+    ),
+    "a commit mixes branches": (_patched(reconcile_module, "_joins", _joins_ignoring("branch")), {}),
+    "a commit mixes snapshot properties": (_patched(reconcile_module, "_joins", _joins_ignoring("properties")), {}),
 }
 
 
@@ -254,7 +325,16 @@ def test_schedules_over_a_real_sqlite_catalog_keep_every_invariant(sqlite_backen
     print(f"\nmodel over SQLite: {stats['schedules']} schedules in {time.monotonic() - started:.0f}s")
     assert not failures, f"invariant violations (seed, first violations): {failures}"
     if SQLITE_SCHEDULES >= 100:
-        for case in ("applied by a peer's commit", "stale commit conflicts", "outcome:FENCED", "overwrites applied"):
+        for case in (
+            "applied by a peer's commit",
+            "stale commit conflicts",
+            "outcome:FENCED",
+            "overwrites applied",
+            "dynamic applied",
+            "filter applied",
+            "outcome:REFUSED",
+            "branch writes applied",
+        ):
             assert stats[case] > 0, f"no SQLite schedule reached {case!r}"
 
 

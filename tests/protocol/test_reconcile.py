@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -17,7 +18,7 @@ from pyspark_fenced_sink.protocol.reconcile import (
     transition,
 )
 from pyspark_fenced_sink.protocol.state import CommittedState, WriterState
-from pyspark_fenced_sink.protocol.wal import EntryKind, WalEntry
+from pyspark_fenced_sink.protocol.wal import EntryKind, WalEntry, WriteMode
 
 A, D, F, G, Q, X, S, B, M, K, L, STALE = (
     Outcome.APPLIED,
@@ -125,12 +126,13 @@ def test_outcome_codes_and_success() -> None:
         "SPEC_CHANGED": "S",
         "MISSING_FILES": "L",
         "STALE_BATCH": "O",
+        "REFUSED": "R",
         "BARRIER": "B",
         "MARK": "M",
         "SKIPPED": "K",
     }
     assert {o for o in Outcome if o.succeeded} == {A, D, B, M, K}
-    assert {o for o in Outcome if o.external} == {S, L}
+    assert {o for o in Outcome if o.external} == {S, L, Outcome.REFUSED}
 
 
 # ---------------------------------------------------------------------------------------------- per-entry rules
@@ -356,7 +358,7 @@ def test_an_overwrite_after_applied_entries_starts_the_next_plan() -> None:
     """A plan holds one overwrite, only as its first applied entry: append, overwrite -> two commits."""
     entries = {0: anon("a"), 1: anon("o", mode="overwrite"), 2: anon("c")}
     first = reconcile(CommittedState(), entries)
-    assert shape(first) == ([(0, "A")], (0,), False, "overwrite", 1)
+    assert shape(first) == ([(0, "A")], (0,), False, "next-commit", 1)
     second = reconcile(first.state, entries)
     assert shape(second) == ([(1, "A"), (2, "A")], (1, 2), True, "tail", 3)
 
@@ -364,7 +366,7 @@ def test_an_overwrite_after_applied_entries_starts_the_next_plan() -> None:
 def test_two_overwrites_go_to_two_commits() -> None:
     """Each overwrite is its own catalog commit."""
     entries = {0: anon("o1", mode="overwrite"), 1: anon("o2", mode="overwrite")}
-    assert shape(reconcile(CommittedState(), entries)) == ([(0, "A")], (0,), True, "overwrite", 1)
+    assert shape(reconcile(CommittedState(), entries)) == ([(0, "A")], (0,), True, "next-commit", 1)
 
 
 def test_an_overwrite_after_only_non_applied_entries_leads_the_plan() -> None:
@@ -379,6 +381,102 @@ def test_a_rejected_overwrite_does_not_stop_the_group() -> None:
     state = CommittedState(writers={"w": W(0, batches=ids((0, 5)))})
     entries = {0: anon("a"), 1: data("dup", epoch=0, batch=5, mode="overwrite"), 2: anon("c")}
     assert shape(reconcile(state, entries)) == ([(0, "A"), (1, "D"), (2, "A")], (0, 2), False, "tail", 3)
+
+
+# ---------------------------------------------------------------------------------------------- one commit, one branch
+
+
+def on(entry: WalEntry, *, branch: str | None = None, props: dict[str, str] | None = None) -> WalEntry:
+    """``entry`` written to ``branch`` with snapshot properties ``props``."""
+    return replace(entry, branch=branch, properties=tuple(sorted((props or {}).items())))
+
+
+def publish(token: str, branch: str = "audit") -> WalEntry:
+    return WalEntry(kind=EntryKind.PUBLISH, token=token, writer="publish", mode="publish", branch=branch, created_ms=0)
+
+
+@pytest.mark.parametrize("mode", ["overwrite", "dynamic", "filter"])
+def test_every_replacing_mode_heads_its_own_commit_and_takes_later_appends(mode: str) -> None:
+    """Static, dynamic and filter overwrites split from earlier appends; appends after them join (WAL order)."""
+    entries = {0: anon("a"), 1: anon("r", mode=mode), 2: anon("c")}
+    first = reconcile(CommittedState(), entries)
+    second = reconcile(first.state, entries)
+    assert (first.apply, first.stop, second.apply, second.mode.value, second.stop) == (
+        (0,),
+        "next-commit",
+        (1, 2),
+        mode,
+        "tail",
+    )
+
+
+def test_a_commit_never_mixes_branches() -> None:
+    """Appends to main, then to a branch, then to main again: three commits, each on one branch."""
+    entries = {0: anon("m1"), 1: on(anon("b1"), branch="audit"), 2: on(anon("b2"), branch="audit"), 3: anon("m2")}
+    plans = []
+    state = CommittedState()
+    while state.upper < len(entries):
+        plan = reconcile(state, entries)
+        plans.append((plan.branch, plan.apply))
+        state = plan.state
+    assert plans == [("main", (0,)), ("audit", (1, 2)), ("main", (3,))]
+
+
+def test_entries_with_other_snapshot_properties_go_to_another_commit() -> None:
+    """Each commit carries exactly its applied entries' snapshot properties: differing sets never share one."""
+    entries = {
+        0: on(anon("a"), props={"job": "1"}),
+        1: on(anon("b"), props={"job": "1"}),
+        2: on(anon("c"), props={"job": "2"}),
+        3: anon("d"),
+    }
+    first = reconcile(CommittedState(), entries)
+    second = reconcile(first.state, entries)
+    third = reconcile(second.state, entries)
+    assert [(p.apply, p.properties) for p in (first, second, third)] == [
+        ((0, 1), (("job", "1"),)),
+        ((2,), (("job", "2"),)),
+        ((3,), ()),
+    ]
+
+
+def test_non_applied_entries_ride_along_whatever_their_branch_or_properties() -> None:
+    """A duplicate to another branch with other properties adds nothing, so it does not split the commit."""
+    state = CommittedState(writers={"w": W(0, batches=ids((0, 5)))})
+    dup = on(data("dup", epoch=0, batch=5), branch="audit", props={"k": "v"})
+    plan = reconcile(state, {0: anon("a"), 1: dup, 2: anon("c")})
+    assert (shape(plan), plan.branch) == (([(0, "A"), (1, "D"), (2, "A")], (0, 2), False, "tail", 3), "main")
+
+
+def test_a_publish_is_a_commit_of_its_own_on_main() -> None:
+    """A publish splits from the appends before it and takes no appends after it."""
+    entries = {0: on(anon("b"), branch="audit"), 1: publish("p"), 2: anon("m")}
+    plans, state = [], CommittedState()
+    while state.upper < 3:
+        plan = reconcile(state, entries)
+        plans.append((plan.apply, plan.mode.value, plan.branch, plan.stop))
+        state = plan.state
+    assert plans == [
+        ((0,), "append", "audit", "next-commit"),
+        ((1,), "publish", "main", "next-commit"),
+        ((2,), "append", "main", "tail"),
+    ]
+
+
+@pytest.mark.parametrize("entry", [anon("r", mode="filter"), publish("p")], ids=["replace-where", "publish"])
+def test_a_refused_entry_is_decided_refused_and_does_not_split_the_commit(entry: WalEntry) -> None:
+    """The catalog side's refusal (on this version) makes the entry REFUSED: external, adds nothing."""
+    plan = reconcile(CommittedState(), {0: anon("a"), 1: entry, 2: anon("c")}, refused={1: "straddles"})
+    assert shape(plan) == ([(0, "A"), (1, "R"), (2, "A")], (0, 2), False, "tail", 3)
+    assert plan.decisions[1].detail == "straddles" and Outcome.REFUSED.external
+
+
+def test_a_refused_batch_id_is_not_recorded_as_applied() -> None:
+    """A refused batch's re-run is applied later, never answered "duplicate"."""
+    state = CommittedState(writers={"w": W(0, batches=ids((0, 3)))})
+    entry = replace(data("rw", epoch=0, batch=4), mode=WriteMode.REPLACE_WHERE, row_filter="x > 1")
+    plan = reconcile(state, {0: entry}, refused={0: "straddles"})
+    assert plan.state.writers == {"w": W(0, batches=ids((0, 3)))}
 
 
 # ---------------------------------------------------------------------------------------------- spec changes
@@ -455,14 +553,15 @@ def test_one_plan_with_every_outcome() -> None:
     }
     state = CommittedState(writers={"t": W(99, batches=ids((50, 60), floor=50))})
     entries[16] = data("t-stale", "t", epoch=99, batch=7)
-    plan = reconcile(state, entries, spec_id=2, missing={13})
+    entries[17] = replace(data("w-b9-straddles", epoch=2, batch=9), mode=WriteMode.REPLACE_WHERE, row_filter="x > 1")
+    plan = reconcile(state, entries, spec_id=2, missing={13}, refused={17: "a live file straddles x > 1"})
     codes = "".join(d.outcome.value for d in plan.decisions)
-    assert codes == "BABFDMXABAGQSLKAO"
+    assert codes == "BABFDMXABAGQSLKAOR"
     assert {d.outcome for d in plan.decisions} == set(Outcome)
     assert plan.apply == (1, 7, 9, 15)
     assert (plan.overwrite, plan.stop) == (False, "tail")
     assert plan.state == CommittedState(
-        upper=17,
+        upper=18,
         writers={
             "w": W(2, "rB", None, ids((1, 1))),
             "s": W(8, "r1", "q1", ids((0, 1))),
@@ -470,7 +569,7 @@ def test_one_plan_with_every_outcome() -> None:
         },
         expired_before=3,
     )
-    assert [d.token for d in plan.decisions] == [entries[s].token for s in range(17)]
+    assert [d.token for d in plan.decisions] == [entries[s].token for s in range(18)]
     assert [d.writer for d in plan.decisions][:3] == ["w", "w", "w"]
 
 

@@ -12,7 +12,15 @@ import pytest
 
 from pyspark_fenced_sink.errors import CommitOutcomeUnknownError, CorruptControlDataError, StoreError
 from pyspark_fenced_sink.protocol.layout import seq_of, wal_key
-from pyspark_fenced_sink.protocol.wal import FORMAT_VERSION, EntryKind, Wal, WalEntry, decode_entry, encode_entry
+from pyspark_fenced_sink.protocol.wal import (
+    FORMAT_VERSION,
+    EntryKind,
+    Wal,
+    WalEntry,
+    WriteMode,
+    decode_entry,
+    encode_entry,
+)
 from pyspark_fenced_sink.store.base import CountingStore
 from pyspark_fenced_sink.store.local import LocalStore
 from pyspark_fenced_sink.store.memory import MemoryStore
@@ -53,7 +61,68 @@ ENTRIES = {
     "fence": WalEntry(kind=EntryKind.FENCE, token="t3", writer="orders", run="operator-fence"),
     "expire": WalEntry(kind=EntryKind.EXPIRE, token="t4", writer="gc", expire_before=0),
     "skip": WalEntry(kind=EntryKind.SKIP, token="t5", writer="operator", reason="object lost in bucket migration"),
+    "dynamic-on-a-branch": WalEntry(
+        kind=EntryKind.DATA,
+        token="t6",
+        writer="w",
+        mode=WriteMode.DYNAMIC,
+        files=({"p": "f.parquet", "s": 1, "pt": ["AQID", None]},),
+        partitions=(("AQID", None), (None, None)),
+        spec_id=1,
+        branch="audit",
+        properties=(("job", "nightly-42"), ("owner", "etl")),
+    ),
+    "replace-where": WalEntry(
+        kind=EntryKind.DATA, token="t7", writer="w", mode=WriteMode.REPLACE_WHERE, row_filter="region = 'eu'"
+    ),
+    "publish": WalEntry(kind=EntryKind.PUBLISH, token="t8", writer="publish", mode=WriteMode.PUBLISH, branch="audit"),
 }
+
+
+@pytest.mark.parametrize(
+    ("name", "version"),
+    [("data-full", 2), ("fence", 2), ("dynamic-on-a-branch", 3), ("replace-where", 3), ("publish", 3)],
+)
+def test_entries_use_format_3_only_when_they_need_it(name: str, version: int) -> None:
+    """Plain appends, overwrites and barriers stay format 2 (older readers keep working); new modes are 3."""
+    assert json.loads(encode_entry(ENTRIES[name]))["v"] == version
+
+
+@pytest.mark.parametrize(
+    "field", [{"branch": "b"}, {"props": {"k": "v"}}, {"mode": "dynamic"}, {"filter": "x = 1"}, {"parts": [["a"]]}]
+)
+def test_a_branch_or_new_mode_never_hides_in_a_format_2_entry(field: dict[str, object]) -> None:
+    """Any version-3 field makes the encoding version 3, so a version-2 reader refuses it instead of misreading."""
+    entry = decode_entry(json.dumps({"v": 3, "kind": "data", "token": "t", "writer": "w", **field}).encode())
+    assert json.loads(encode_entry(entry))["v"] == 3
+
+
+def test_entries_written_by_the_previous_release_still_decode() -> None:
+    """A format-2 entry as the previous release wrote it reads back as an append to main with no new fields."""
+    raw = b'{"created_ms":1,"files":[{"p":"x.parquet","s":0}],"kind":"data","rows":3,"token":"t","v":2,"writer":"w"}'
+    entry = decode_entry(raw)
+    assert (entry.mode, entry.target, entry.partitions, entry.row_filter, entry.properties) == (
+        WriteMode.APPEND,
+        "main",
+        (),
+        None,
+        (),
+    )
+    assert entry.files == ({"p": "x.parquet", "s": 0},)
+
+
+@pytest.mark.parametrize(("field", "value"), [("parts", "a"), ("parts", [[1]]), ("props", ["k"]), ("props", {"k": 1})])
+def test_malformed_version_3_fields_are_corrupt(field: str, value: object) -> None:
+    """A partition set or snapshot properties of the wrong shape is CorruptControlDataError, never misread."""
+    raw = json.dumps({"v": 3, "kind": "data", "token": "t", "writer": "w", field: value}).encode()
+    with pytest.raises(CorruptControlDataError, match=field):
+        decode_entry(raw, "k")
+
+
+def test_main_as_a_branch_name_is_main() -> None:
+    """``branch="main"`` is the default branch (stored as none; format 2)."""
+    entry = WalEntry(kind=EntryKind.DATA, token="t", writer="w", branch="main")
+    assert (entry.branch, entry.target, json.loads(encode_entry(entry))["v"]) == (None, "main", 2)
 
 
 @pytest.mark.parametrize("entry", ENTRIES.values(), ids=ENTRIES.keys())
@@ -66,7 +135,7 @@ def test_encoding_is_compact_versioned_json_without_defaults() -> None:
     """The encoding is sorted compact JSON with ``v``; default-valued optional fields are left out."""
     raw = encode_entry(WalEntry(kind=EntryKind.FENCE, token="tok", writer="w", created_ms=5))
     assert raw == b'{"created_ms":5,"kind":"fence","token":"tok","v":2,"writer":"w"}'
-    assert json.loads(raw)["v"] == FORMAT_VERSION
+    assert FORMAT_VERSION == 3  # entries that use nothing of version 3 stay readable by version-2 fencedlake
 
 
 CORRUPT = {
@@ -95,7 +164,7 @@ def test_corrupt_entry_raises_corrupt_control_data_naming_the_key(raw: bytes) ->
     assert err.value.retryable is False
 
 
-@pytest.mark.parametrize("version", [None, 0, 1, 3])
+@pytest.mark.parametrize("version", [None, 0, 1, 4])
 def test_other_format_version_says_upgrade(version: int | None) -> None:
     """An entry of another (or no) format version is corrupt for this reader, and the message says upgrade."""
     body = {"kind": "data", "token": "t", "writer": "w"}

@@ -1,0 +1,164 @@
+"""What applying an entry removes, and when it may not be applied (PROTOCOL.md §5.1; pure, driver).
+
+The catalog side (``iceberg.table_port`` over pyiceberg, the model's in-memory
+port) reads the target branch's live files on the version it commits on —
+*apply time*, never the time the entry was written — and asks
+:func:`removals` which of them the commit's head entry removes:
+
+* ``APPEND``: none;
+* ``OVERWRITE``: every live file;
+* ``DYNAMIC``: the live files written under the entry's partition spec whose
+  partition is in the entry's partition set (an empty set removes nothing);
+* ``REPLACE_WHERE``: the live files whose rows all match the row filter; a live
+  file with rows on both sides of it (or that statistics cannot place) makes
+  the entry :class:`EntryRefused` — the rule of Iceberg's
+  ``OverwriteFiles.overwriteByRowFilter``: a file is removed only if every row
+  in it must match, and no row outside the filter is ever lost.
+
+:func:`check_fast_forward` decides whether a ``publish`` may move main to a
+branch's head: main's head must be an ancestor of it, or every main snapshot
+after their newest common ancestor must have changed no data (fencedlake's own
+bookkeeping commits: barriers, ``gc`` marks, earlier publishes' records).
+
+A refusal is an *external* decision (``Outcome.REFUSED``): it depends on the
+table's data at one version, so it is committed before it is reported.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from enum import Enum
+
+from pyspark_fenced_sink.protocol.wal import MAIN_BRANCH, WalEntry, WriteMode
+
+__all__ = ["EntryRefused", "LiveFile", "Match", "Refusals", "check_fast_forward", "removals"]
+
+
+class Match(str, Enum):
+    """How a live file's rows stand against a row filter (from its partition and statistics)."""
+
+    ALL = "all"
+    NONE = "none"
+    SOME = "some"
+
+
+@dataclass(frozen=True)
+class LiveFile:
+    """A data file live on the target branch, as the protocol sees it.
+
+    Attributes:
+        path: The file's path (the catalog side maps it back to its own record).
+        spec_id: The partition spec the file was written with.
+        partition: Its encoded partition values (as in ``WalEntry.partitions``).
+    """
+
+    path: str
+    spec_id: int
+    partition: tuple[str | None, ...]
+
+
+class EntryRefused(Exception):
+    """The commit's head entry cannot be applied on the version being committed on.
+
+    Raised by the catalog side while it builds a commit; the commit loop then
+    decides the entry REFUSED (with ``reason``) and commits that decision.
+    """
+
+    def __init__(self, reason: str, seq: int | None = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.seq = seq
+
+
+class Refusals:
+    """The commit loop's memory of refused entries, valid for the one table version they were found on."""
+
+    def __init__(self) -> None:
+        self.version: str | None = None
+        self.reasons: dict[int, str] = {}
+
+    def at(self, version: str) -> dict[int, str]:
+        """The refusals found on ``version`` (all forgotten when the version changes)."""
+        if version != self.version:
+            self.version, self.reasons = version, {}
+        return self.reasons
+
+    def add(self, version: str, head: int | None, refusal: EntryRefused) -> None:
+        """Record ``refusal`` of the entry at ``head`` (the refused plan's first applied entry) on ``version``."""
+        seq = head if refusal.seq is None else refusal.seq
+        reasons = self.at(version)
+        if seq is None or seq in reasons:  # the port refused an entry the plan does not apply: a bug, not a loop
+            raise RuntimeError(f"table port refused WAL seq {seq} twice on one version: {refusal.reason}")
+        reasons[seq] = refusal.reason
+
+
+def removals(
+    entry: WalEntry, live: Sequence[LiveFile], match: Callable[[LiveFile], Match] | None = None
+) -> list[LiveFile]:
+    """The live files applying ``entry`` removes (``match`` classifies files for ``REPLACE_WHERE``).
+
+    Raises:
+        EntryRefused: a replace-where finds a live file whose rows straddle its filter.
+    """
+    mode = entry.mode
+    if mode is WriteMode.OVERWRITE:
+        return list(live)
+    if mode is WriteMode.DYNAMIC:
+        wanted = set(entry.partitions)
+        return [f for f in live if f.spec_id == entry.spec_id and f.partition in wanted]
+    if mode is WriteMode.REPLACE_WHERE:
+        if match is None:
+            raise ValueError("a replace-where needs a row-filter classifier")
+        doomed = []
+        for f in live:
+            verdict = match(f)
+            if verdict is Match.SOME:
+                raise EntryRefused(
+                    f"replace-where {entry.row_filter!r} is refused: live file {f.path} on branch {entry.target} "
+                    "has rows on both sides of the filter (by its partition and column statistics), and "
+                    "replace-where only removes whole files whose rows all match; nothing was changed. Align "
+                    "the filter with the table's partitioning, or rewrite those rows with another engine first"
+                )
+            if verdict is Match.ALL:
+                doomed.append(f)
+        return doomed
+    return []
+
+
+def check_fast_forward(
+    branch: str, main_head: int | None, branch_head: int | None, history: Mapping[int, tuple[int | None, bool]]
+) -> int:
+    """The snapshot main moves to when ``branch`` is published; refused unless no data of main is lost.
+
+    ``history`` maps every snapshot id the table still has to (parent id, changed data).
+
+    Raises:
+        EntryRefused: the branch does not exist, or main changed data since it forked, or main's
+            history since then expired so it cannot be told.
+    """
+    if branch == MAIN_BRANCH:
+        raise EntryRefused("publish needs a branch other than main")
+    if branch_head is None:
+        raise EntryRefused(f"branch {branch!r} does not exist (nothing was written to it): nothing to publish")
+    lineage: set[int] = set()
+    node: int | None = branch_head
+    while node is not None and node in history:
+        lineage.add(node)
+        node = history[node][0]
+    node = main_head
+    while node is not None and node not in lineage:
+        if node not in history:
+            raise EntryRefused(
+                f"main is not a known ancestor of branch {branch!r}: main's snapshot {node} expired, so whether "
+                "main changed data since the branch forked cannot be told; nothing was published"
+            )
+        parent, changed = history[node]
+        if changed:
+            raise EntryRefused(
+                f"main is not an ancestor of branch {branch!r} (not a fast-forward): main's snapshot {node} "
+                "changed data after the branch forked; nothing was published. Write the branch again from "
+                "main's current data, or merge with another engine"
+            )
+        node = parent
+    return branch_head
