@@ -11,7 +11,9 @@ Suites (docs/benchmarks.md says what each measures and shows a run's numbers):
 * ``throughput``    Spark: native Parquet vs format("fencedlake") vs collect + pyiceberg append,
                     unpartitioned and by day;
 * ``streaming``     Structured Streaming: per-batch overhead and sustained rows/s, fencedlake vs
-                    the native Parquet file sink.
+                    the native Parquet file sink;
+* ``read``          Spark reads: full scan and a selective filter, spark.read.format("fencedlake") vs
+                    native Parquet on the same files vs pyiceberg to_arrow + createDataFrame.
 
 ``--quick`` is CI's smoke run (small sizes, one repetition, a few minutes at
 most); ``--full`` is the real measurement. Results go to
@@ -39,8 +41,8 @@ from typing import Any
 from benchmarks.common import SuiteResult
 
 ROOT = Path(__file__).resolve().parents[1]
-SUITES = ("requests", "group-commit", "scaling", "executor", "throughput", "streaming")
-SPARK_SUITES = ("throughput", "streaming")
+SUITES = ("requests", "group-commit", "scaling", "executor", "throughput", "streaming", "read")
+SPARK_SUITES = ("throughput", "streaming", "read")
 
 PROFILES: dict[str, dict[str, Any]] = {
     "quick": {
@@ -61,6 +63,8 @@ PROFILES: dict[str, dict[str, Any]] = {
         "stream_large_rows": 200_000,
         "stream_large_batches": 5,
         "stream_reps": 1,
+        "read_rows": 200_000,
+        "read_reps": 1,
     },
     "full": {
         "throughput_rows": [1_000_000, 10_000_000],
@@ -80,6 +84,8 @@ PROFILES: dict[str, dict[str, Any]] = {
         "stream_large_rows": 1_000_000,
         "stream_large_batches": 10,
         "stream_reps": 2,
+        "read_rows": 10_000_000,
+        "read_reps": 3,
     },
 }
 
@@ -94,6 +100,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         "--rows", help="throughput: comma-separated frame sizes, e.g. 1000000,10000000 (overrides the mode's)"
     )
     p.add_argument("--executor-rows", type=int, help="rows of the executor suite")
+    p.add_argument("--read-rows", type=int, help="rows of the read suite's table")
     p.add_argument("--reps", type=int, help="interleaved repetitions for every suite (overrides the mode's)")
     p.add_argument("--writers", help="comma-separated N for group-commit, e.g. 8,32,64 (N=1 is always the baseline)")
     p.add_argument("--total-writes", type=int, help="group-commit: about this many writes per round")
@@ -155,7 +162,10 @@ def main(argv: list[str] | None = None) -> int:
             request_reps=args.reps,
             gc_reps=args.reps,
             stream_reps=args.reps,
+            read_reps=args.reps,
         )
+    if args.read_rows:
+        prof["read_rows"] = args.read_rows
     if args.writers:
         prof["writers"] = [int(n) for n in args.writers.split(",")]
     if args.total_writes:
@@ -218,6 +228,14 @@ def main(argv: list[str] | None = None) -> int:
             large_rows=prof["stream_large_rows"],
             large_batches=prof["stream_large_batches"],
             reps=prof["stream_reps"],
+            workdir=args.workdir,
+            log=log,
+        ),
+        "read": lambda: _import("read").run(
+            spark=spark(),
+            rows=prof["read_rows"],
+            reps=prof["read_reps"],
+            partitions=args.partitions,
             workdir=args.workdir,
             log=log,
         ),
