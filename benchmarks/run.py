@@ -13,7 +13,9 @@ Suites (docs/benchmarks.md says what each measures and shows a run's numbers):
 * ``streaming``     Structured Streaming: per-batch overhead and sustained rows/s, fencedlake vs
                     the native Parquet file sink;
 * ``overwrite``     a dynamic overwrite of 1 of 30 day partitions vs Spark's own
-                    ``partitionOverwriteMode=dynamic`` Parquet write.
+                    ``partitionOverwriteMode=dynamic`` Parquet write;
+* ``read``          Spark reads: full scan and a selective filter, spark.read.format("fencedlake") vs
+                    native Parquet on the same files vs pyiceberg to_arrow + createDataFrame.
 
 ``--quick`` is CI's smoke run (small sizes, one repetition, a few minutes at
 most); ``--full`` is the real measurement. Results go to
@@ -41,8 +43,8 @@ from typing import Any
 from benchmarks.common import SuiteResult
 
 ROOT = Path(__file__).resolve().parents[1]
-SUITES = ("requests", "group-commit", "scaling", "executor", "throughput", "streaming", "overwrite")
-SPARK_SUITES = ("throughput", "streaming", "overwrite")
+SUITES = ("requests", "group-commit", "scaling", "executor", "throughput", "streaming", "overwrite", "read")
+SPARK_SUITES = ("throughput", "streaming", "overwrite", "read")
 
 PROFILES: dict[str, dict[str, Any]] = {
     "quick": {
@@ -65,6 +67,8 @@ PROFILES: dict[str, dict[str, Any]] = {
         "stream_reps": 1,
         "overwrite_rows": 60_000,
         "overwrite_reps": 1,
+        "read_rows": 200_000,
+        "read_reps": 1,
     },
     "full": {
         "throughput_rows": [1_000_000, 10_000_000],
@@ -86,6 +90,8 @@ PROFILES: dict[str, dict[str, Any]] = {
         "stream_reps": 2,
         "overwrite_rows": 3_000_000,
         "overwrite_reps": 5,
+        "read_rows": 10_000_000,
+        "read_reps": 3,
     },
 }
 
@@ -100,6 +106,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         "--rows", help="throughput: comma-separated frame sizes, e.g. 1000000,10000000 (overrides the mode's)"
     )
     p.add_argument("--executor-rows", type=int, help="rows of the executor suite")
+    p.add_argument("--read-rows", type=int, help="rows of the read suite's table")
     p.add_argument("--reps", type=int, help="interleaved repetitions for every suite (overrides the mode's)")
     p.add_argument("--writers", help="comma-separated N for group-commit, e.g. 8,32,64 (N=1 is always the baseline)")
     p.add_argument("--total-writes", type=int, help="group-commit: about this many writes per round")
@@ -162,7 +169,10 @@ def main(argv: list[str] | None = None) -> int:
             gc_reps=args.reps,
             stream_reps=args.reps,
             overwrite_reps=args.reps,
+            read_reps=args.reps,
         )
+    if args.read_rows:
+        prof["read_rows"] = args.read_rows
     if args.writers:
         prof["writers"] = [int(n) for n in args.writers.split(",")]
     if args.total_writes:
@@ -230,6 +240,14 @@ def main(argv: list[str] | None = None) -> int:
         ),
         "overwrite": lambda: _import("overwrite").run(
             spark=spark(), rows=prof["overwrite_rows"], reps=prof["overwrite_reps"], workdir=args.workdir, log=log
+        ),
+        "read": lambda: _import("read").run(
+            spark=spark(),
+            rows=prof["read_rows"],
+            reps=prof["read_reps"],
+            partitions=args.partitions,
+            workdir=args.workdir,
+            log=log,
         ),
     }
     started = datetime.now(UTC)

@@ -28,6 +28,7 @@ __all__ = [
     "FencedLakeError",
     "FencedWriterError",
     "InvalidOptionsError",
+    "ReadRefusedError",
     "SchemaMismatchError",
     "StoreError",
     "TableChangedError",
@@ -141,6 +142,18 @@ class TableChangedError(FencedLakeError):
     """
 
     retryable = True
+
+
+class ReadRefusedError(FencedLakeError):
+    """The reader refuses to return rows it cannot return correctly.
+
+    Causes: an Iceberg feature the reader cannot apply (equality delete files,
+    a column type Spark cannot hold), a stream that meets an overwrite or
+    delete snapshot (unless a ``streaming-skip-*`` option says to skip it),
+    or a stream whose next snapshot is no longer in the main branch's history
+    (expired, or the branch was rolled back). Not retryable as is: the message
+    names the feature or snapshot and what to do. No rows were returned.
+    """
 
 
 class StoreError(FencedLakeError):

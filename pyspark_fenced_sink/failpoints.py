@@ -47,6 +47,7 @@ POINTS = frozenset(
         "commit.after-catalog-commit",
         "gc.after-barrier",
         "gc.before-delete",
+        "read.before-file",
     }
 )
 

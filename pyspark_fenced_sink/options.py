@@ -1,9 +1,11 @@
-"""Sink options: keys, defaults, validation (driver); the one secret masker.
+"""Sink and reader options: keys, defaults, validation (driver); the one secret masker.
 
 Every option key is defined once here, with its ``*_DEFAULT`` sibling, next to
-its validation. :func:`parse_options` validates everything on the driver
-before any task runs and returns a frozen :class:`SinkOptions`; a bad option
-raises ``InvalidOptionsError`` naming the key, the value found and what is
+its validation. :func:`parse_options` (writes) and :func:`parse_read_options`
+(``spark.read`` / ``spark.readStream``, Iceberg's Spark option names) validate
+everything on the driver before any task runs and return a frozen
+:class:`SinkOptions` / :class:`ReadOptions`; a bad option raises
+``InvalidOptionsError`` naming the key, the value found and what is
 expected. Spark lower-cases option keys; values keep their case.
 :class:`CatalogConfig` is the typed catalog selection shared by the sink, the
 CLI, tests and benchmarks (:func:`catalog_config` builds and validates one).
@@ -23,9 +25,11 @@ from pyspark_fenced_sink.errors import InvalidOptionsError
 __all__ = [
     "WRITER_ID_PATTERN",
     "CatalogConfig",
+    "ReadOptions",
     "SinkOptions",
     "catalog_config",
     "parse_options",
+    "parse_read_options",
     "redact",
     "validate_table_name",
     "validate_writer_id",
@@ -58,6 +62,21 @@ OVERWRITE_MODES = ("static", "dynamic")
 REPLACE_WHERE = "replace-where"
 BRANCH = "branch"
 SNAPSHOT_PROPERTY_PREFIX = "snapshot-property."
+# Reads (Iceberg's Spark read option names). Split sizing defaults come from the table's read.split.* properties.
+SNAPSHOT_ID = "snapshot-id"
+AS_OF_TIMESTAMP = "as-of-timestamp"
+TAG = "tag"
+START_SNAPSHOT_ID = "start-snapshot-id"
+END_SNAPSHOT_ID = "end-snapshot-id"
+SPLIT_SIZE = "split-size"
+FILE_OPEN_COST = "file-open-cost"
+STREAM_FROM_TIMESTAMP = "stream-from-timestamp"
+STREAMING_MAX_FILES = "streaming-max-files-per-micro-batch"
+STREAMING_MAX_ROWS = "streaming-max-rows-per-micro-batch"
+STREAMING_SKIP_OVERWRITE = "streaming-skip-overwrite-snapshots"
+STREAMING_SKIP_OVERWRITE_DEFAULT = False
+STREAMING_SKIP_DELETE = "streaming-skip-delete-snapshots"
+STREAMING_SKIP_DELETE_DEFAULT = False
 SPARK_PASSED = frozenset({PATH, "checkpointlocation", "queryname"})
 
 _KNOWN = frozenset(
@@ -78,6 +97,13 @@ _KNOWN = frozenset(
         BRANCH,
     }
 )
+_TIME_TRAVEL = (SNAPSHOT_ID, AS_OF_TIMESTAMP, BRANCH, TAG)
+_BATCH_READ = frozenset({*_TIME_TRAVEL, END_SNAPSHOT_ID})
+_STREAM_READ = frozenset(
+    {STREAM_FROM_TIMESTAMP, STREAMING_MAX_FILES, STREAMING_MAX_ROWS, STREAMING_SKIP_OVERWRITE, STREAMING_SKIP_DELETE}
+)
+_ANY = -(2**63)  # snapshot ids are any long
+_READ_KNOWN = frozenset({TABLE, CATALOG, WAREHOUSE, START_SNAPSHOT_ID, SPLIT_SIZE, FILE_OPEN_COST})
 #: Letters, digits, ``_ . -``; 1 to 128 characters; not starting with ``.`` or ``-``.
 WRITER_ID_PATTERN = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 _SECRET = re.compile(r"secret|password|passwd|token|credential|key|auth|sas", re.IGNORECASE)
@@ -251,7 +277,8 @@ def _int(options: Mapping[str, str], key: str, default: int | None, minimum: int
     except ValueError:
         value = minimum - 1
     if value < minimum:
-        raise InvalidOptionsError(f"option {key}={raw!r} is invalid: expected an integer >= {minimum}")
+        expected = "an integer" if minimum < 0 else f"an integer >= {minimum}"
+        raise InvalidOptionsError(f"option {key}={raw!r} is invalid: expected {expected}")
     return value
 
 
@@ -261,7 +288,10 @@ def _table_name(options: Mapping[str, str]) -> str:
         raise InvalidOptionsError(f"two table names given: save({path!r}) and option table={table!r}; give one")
     name = (table or path or "").strip()
     if not name:
-        raise InvalidOptionsError('no table given: use .save("namespace.table") or .option("table", "namespace.table")')
+        raise InvalidOptionsError(
+            'no table given: use .save("namespace.table") (writes), .load("namespace.table") (reads) '
+            'or .option("table", "namespace.table")'
+        )
     return validate_table_name(name)
 
 
@@ -406,4 +436,105 @@ def parse_options(options: Mapping[str, str], *, streaming: bool = False) -> Sin
         replace_where=replace_where,
         branch=_branch(opts),
         snapshot_properties=_snapshot_properties(opts),
+    )
+
+
+@dataclass(frozen=True)
+class ReadOptions:
+    """Validated read options (``spark.read`` and ``spark.readStream``; the README's read option table).
+
+    Attributes:
+        table: Table identifier ``namespace.table``.
+        catalog: Which catalog (the same ``catalog``, ``catalog.<key>``, ``warehouse`` options as writes).
+        streaming: True for ``spark.readStream``.
+        snapshot_id: ``snapshot-id``: read this snapshot.
+        as_of_timestamp_ms: ``as-of-timestamp``: read the main branch's snapshot current at this time (ms).
+        branch: ``branch``: read the head of this branch.
+        tag: ``tag``: read the snapshot this tag names.
+        start_snapshot_id: ``start-snapshot-id`` (exclusive): a batch read returns the rows appended after it
+            (up to ``end_snapshot_id``); a stream starts after it.
+        end_snapshot_id: ``end-snapshot-id`` (inclusive) of an incremental batch read; None: the current snapshot.
+        split_size: ``split-size`` in bytes, or None (the table's ``read.split.target-size``, else adaptive).
+        file_open_cost: ``file-open-cost`` in bytes, or None (table property, else 4 MiB).
+        stream_from_timestamp_ms: ``stream-from-timestamp``: a stream starts at the first snapshot at or after it.
+        max_files_per_batch: ``streaming-max-files-per-micro-batch``, or None (no bound).
+        max_rows_per_batch: ``streaming-max-rows-per-micro-batch``, or None (no bound).
+        skip_overwrite: ``streaming-skip-overwrite-snapshots``: skip overwrite snapshots instead of failing.
+        skip_delete: ``streaming-skip-delete-snapshots``: skip delete snapshots instead of failing.
+    """
+
+    table: str
+    catalog: CatalogConfig = field(default_factory=CatalogConfig)
+    streaming: bool = False
+    snapshot_id: int | None = None
+    as_of_timestamp_ms: int | None = None
+    branch: str | None = None
+    tag: str | None = None
+    start_snapshot_id: int | None = None
+    end_snapshot_id: int | None = None
+    split_size: int | None = None
+    file_open_cost: int | None = None
+    stream_from_timestamp_ms: int | None = None
+    max_files_per_batch: int | None = None
+    max_rows_per_batch: int | None = None
+    skip_overwrite: bool = STREAMING_SKIP_OVERWRITE_DEFAULT
+    skip_delete: bool = STREAMING_SKIP_DELETE_DEFAULT
+
+    @property
+    def incremental(self) -> bool:
+        """True for a batch read of the rows appended between two snapshots."""
+        return not self.streaming and self.start_snapshot_id is not None
+
+
+def parse_read_options(options: Mapping[str, str], *, streaming: bool | None = False) -> ReadOptions:
+    """Validate the options of ``spark.read`` (or, with ``streaming``, ``spark.readStream``).
+
+    ``streaming=None`` infers the kind from the keys (``DataSource.schema()`` is not told which read
+    asks; the reader itself validates strictly).
+
+    Raises:
+        InvalidOptionsError: an unknown key (a write or stream option in a batch read is named as such),
+            a bad value, or options that cannot be combined.
+    """
+    opts = {str(k).lower(): str(v) for k, v in options.items() if v is not None}
+    if streaming is None:
+        streaming = any(k in _STREAM_READ for k in opts)
+    known = _READ_KNOWN | (_STREAM_READ if streaming else _BATCH_READ)
+    for key in sorted(opts):
+        if key in known or key in SPARK_PASSED or key.startswith(CATALOG_PREFIX):
+            continue
+        where = "readStream" if key in _STREAM_READ else "spark.read (batch)" if key in _BATCH_READ else None
+        if where is None and (key in _KNOWN or key.startswith(TABLE_PROPERTY_PREFIX)):
+            where = "writes"
+        hint = f"it applies to {where} only" if where else f"expected one of {', '.join(sorted(known))}"
+        raise InvalidOptionsError(f"unknown read option {key}: {hint} (or {CATALOG_PREFIX}<pyiceberg property>)")
+    catalog_properties = {k[len(CATALOG_PREFIX) :]: v for k, v in opts.items() if k.startswith(CATALOG_PREFIX)}
+    given = [k for k in _TIME_TRAVEL if k in opts]
+    if len(given) > 1 or (given and START_SNAPSHOT_ID in opts):
+        both = ", ".join([*given, *([START_SNAPSHOT_ID] if START_SNAPSHOT_ID in opts else [])])
+        raise InvalidOptionsError(f"options {both} cannot be combined: give one snapshot to read")
+    if END_SNAPSHOT_ID in opts and START_SNAPSHOT_ID not in opts:
+        raise InvalidOptionsError(f"option {END_SNAPSHOT_ID} needs {START_SNAPSHOT_ID} (an incremental read)")
+    if streaming and STREAM_FROM_TIMESTAMP in opts and START_SNAPSHOT_ID in opts:
+        raise InvalidOptionsError(f"options {START_SNAPSHOT_ID} and {STREAM_FROM_TIMESTAMP} cannot be combined")
+    for ref in (BRANCH, TAG):
+        if ref in opts and not opts[ref].strip():
+            raise InvalidOptionsError(f"option {ref} is empty: expected the name of a {ref}")
+    return ReadOptions(
+        table=_table_name(opts),
+        catalog=catalog_config(opts.get(CATALOG), catalog_properties, opts.get(WAREHOUSE)),
+        streaming=streaming,
+        snapshot_id=_int(opts, SNAPSHOT_ID, None, _ANY),
+        as_of_timestamp_ms=_int(opts, AS_OF_TIMESTAMP, None, 0),
+        branch=opts.get(BRANCH),
+        tag=opts.get(TAG),
+        start_snapshot_id=_int(opts, START_SNAPSHOT_ID, None, _ANY),
+        end_snapshot_id=_int(opts, END_SNAPSHOT_ID, None, _ANY),
+        split_size=_int(opts, SPLIT_SIZE, None, 1),
+        file_open_cost=_int(opts, FILE_OPEN_COST, None, 0),
+        stream_from_timestamp_ms=_int(opts, STREAM_FROM_TIMESTAMP, None, 0),
+        max_files_per_batch=_int(opts, STREAMING_MAX_FILES, None, 1),
+        max_rows_per_batch=_int(opts, STREAMING_MAX_ROWS, None, 1),
+        skip_overwrite=_bool(opts, STREAMING_SKIP_OVERWRITE, STREAMING_SKIP_OVERWRITE_DEFAULT),
+        skip_delete=_bool(opts, STREAMING_SKIP_DELETE, STREAMING_SKIP_DELETE_DEFAULT),
     )

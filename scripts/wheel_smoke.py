@@ -10,7 +10,9 @@ exits non-zero naming the step):
    ``register()`` call (the format registers itself), then a second write from
    a worker thread using the documented one-call way;
 4. a streaming write (``writeStream.format("fencedlake")``, ``availableNow``);
-5. both read back through pyiceberg (a dependency) with the exact ids.
+5. both read back through pyiceberg (a dependency) with the exact ids;
+6. both read back through ``spark.read.format("fencedlake")`` (with a pushed-down
+   filter) and ``spark.readStream.format("fencedlake")``.
 """
 
 from __future__ import annotations
@@ -106,6 +108,7 @@ def main() -> int:
 
     from pyiceberg.catalog.sql import SqlCatalog
 
+    # The embedded catalog is pyiceberg SqlCatalog "fencedlake" (tables are stored under the catalog name).
     catalog = SqlCatalog("fencedlake", uri=f"sqlite:///{wh}/catalog.db", warehouse=f"file://{wh}")
     batch_ids = sorted(catalog.load_table("smoke.events").scan().to_arrow().column("id").to_pylist())
     stream_ids = sorted(catalog.load_table("smoke.stream").scan().to_arrow().column("id").to_pylist())
@@ -119,6 +122,27 @@ def main() -> int:
     if json.loads(status.stdout)["committed_upper"] < 2:
         raise SystemExit(f"[wheel] fencedlake status reports too little: {status.stdout[:300]}")
     step("read back exactly (pyiceberg) and `fencedlake status` works")
+
+    events = spark.read.format("fencedlake").option("warehouse", wh).load("smoke.events")
+    read_ids = sorted(r.id for r in events.collect())
+    thread_rows = events.where("source = 'thread'").count()
+    replay = (
+        spark.readStream.format("fencedlake")
+        .option("warehouse", wh)
+        .load("smoke.stream")
+        .writeStream.format("memory")
+        .queryName("smoke_replay")
+        .trigger(availableNow=True)
+        .start()
+    )
+    replay.awaitTermination(300)
+    streamed = sorted(r.id for r in spark.table("smoke_replay").collect())
+    if read_ids != list(range(1500)) or thread_rows != 500 or streamed != list(range(5000, 5300)):
+        raise SystemExit(
+            f"[wheel] fencedlake read {len(read_ids)} rows (want 1500), {thread_rows} thread rows (want 500), "
+            f"streamed {len(streamed)} (want 300)"
+        )
+    step("read back exactly with spark.read and spark.readStream format('fencedlake')")
     spark.stop()
     shutil.rmtree(work, ignore_errors=True)
     return 0

@@ -26,6 +26,7 @@ LAYERS = {
     "protocol": 3,
     "iceberg": 4,
     "write": 5,
+    "read": 5,
     "ops": 6,
     "spark": 7,
     "testing": 8,

@@ -1,16 +1,16 @@
-"""The Spark data source ``fencedlake`` (Spark-facing; imports no catalog code at module load)."""
+"""The Spark data source ``fencedlake``: writes and reads (Spark-facing; imports no catalog code at module load)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from pyspark.sql.datasource import DataSource, DataSourceReader
+from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader
 
 __all__ = ["FencedLakeDataSource"]
 
 
 class FencedLakeDataSource(DataSource):
-    """Exactly-once appends and overwrites into an Apache Iceberg table, from many jobs at once.
+    """Exactly-once appends and overwrites into an Apache Iceberg table, from many jobs at once; reads back.
 
     Installed with the package, the format is registered automatically::
 
@@ -20,6 +20,9 @@ class FencedLakeDataSource(DataSource):
             .option("writer.id", "events-ingest")
             .option("checkpointLocation", "/chk/events")
             .start("db.events"))
+        spark.read.format("fencedlake").load("db.events")
+        spark.read.format("fencedlake").option("snapshot-id", 123).load("db.events")
+        spark.readStream.format("fencedlake").load("db.events")
 
     or explicitly: ``spark.dataSource.register(FencedLakeDataSource)``.
 
@@ -27,8 +30,10 @@ class FencedLakeDataSource(DataSource):
     (or pass ``--conf spark.sql.execution.arrow.maxBytesPerBatch=2147483647``): with
     Spark's default, Spark measures every Arrow batch after each row it adds, which
     halves the write speed of any Python data source (see :mod:`pyspark_fenced_sink.spark.tuning`).
+    It also sets ``spark.sql.python.filterPushdown.enabled=true``, without which Spark
+    gives a Python source no filters and every read decodes every data file.
 
-    Options (defaults in brackets):
+    Options (defaults in brackets). Catalog options, for writes and reads:
         table: ``namespace.table`` (or the ``save()`` path).
         catalog: a pyiceberg catalog name configured in ``.pyiceberg.yaml`` or
             ``PYICEBERG_CATALOG__<NAME>__*`` environment variables [none].
@@ -37,6 +42,8 @@ class FencedLakeDataSource(DataSource):
         warehouse: the embedded default catalog's warehouse directory, used when no
             catalog option is given: SQLite catalog at ``<warehouse>/catalog.db``
             [env ``FENCEDLAKE_WAREHOUSE``, else ``./fencedlake-warehouse``].
+
+    Write options:
         create-table: create the namespace and table from the DataFrame if missing [true].
         partition-by: partition spec of a created table, e.g.
             ``"day(ts), bucket(16, user_id), truncate(4, code), region"`` [unpartitioned].
@@ -58,6 +65,18 @@ class FencedLakeDataSource(DataSource):
             ``fencedlake publish TABLE BRANCH`` [main].
         snapshot-property.<key>: a property in the summary of the snapshot that commits the write.
 
+    Read options (Iceberg's Spark option names; a write option in a read is refused):
+        snapshot-id / as-of-timestamp (ms) / branch / tag: time travel, one at most [current].
+        start-snapshot-id: batch: the rows appended after this snapshot, up to end-snapshot-id
+            [current]; stream: start after it.
+        split-size: bytes per input split [the table's read.split.target-size, else 128 MiB,
+            smaller for small scans]; file-open-cost [read.split.open-file-cost, else 4 MiB].
+        stream-from-timestamp (ms): a stream starts at the first snapshot at or after it.
+        streaming-max-files-per-micro-batch / streaming-max-rows-per-micro-batch: bounds of a
+            micro-batch [none; at least one file].
+        streaming-skip-overwrite-snapshots / streaming-skip-delete-snapshots: skip such snapshots
+            instead of failing the stream with ReadRefusedError [false].
+
     Save modes: ``append``; ``overwrite`` replaces all of the table's rows in one
     snapshot (or, with ``overwrite-mode=dynamic`` / ``replace-where``, the partitions
     written / the rows the filter matches; what is live when the write is applied, in
@@ -74,6 +93,15 @@ class FencedLakeDataSource(DataSource):
     CommitOutcomeUnknownError is durable and is applied exactly once by the next
     commit on the table (or ``fencedlake recover``). No commit conflict ever
     reaches the user. See docs/PROTOCOL.md.
+
+    Reads see committed snapshots only. The schema is the table's (a time-traveled
+    snapshot's own); ``.schema(...)`` with fewer columns is a projection. Filters
+    prune files by partition values and column statistics (with filter pushdown on)
+    and Spark applies them again. Positional deletes are applied; equality deletes
+    and types Spark cannot hold raise ReadRefusedError. A stream emits the rows each
+    new append snapshot of the main branch adds, exactly once across restarts (its
+    offsets are positions in the snapshot history); it fails with ReadRefusedError at
+    an overwrite or delete snapshot unless told to skip it. See docs/PROTOCOL.md §14.
     """
 
     @classmethod
@@ -81,18 +109,23 @@ class FencedLakeDataSource(DataSource):
         """The format name: ``fencedlake``."""
         return "fencedlake"
 
-    def schema(self) -> str:
-        """Not a source: reading goes through Iceberg readers."""
-        return "value string"
+    def schema(self) -> Any:
+        """The table's Spark schema (Spark calls this on the driver when a read names no schema)."""
+        from pyspark_fenced_sink.spark.reader import table_schema
+
+        return table_schema(self.options)
 
     def reader(self, schema: Any) -> DataSourceReader:
-        """Reading is not supported: read the table with Spark's Iceberg connector, pyiceberg or DuckDB."""
-        from pyspark_fenced_sink.errors import InvalidOptionsError
+        """A batch reader (Spark calls this on the driver when it plans ``spark.read...load()``)."""
+        from pyspark_fenced_sink.spark.reader import open_reader
 
-        raise InvalidOptionsError(
-            "fencedlake is a sink: read the table with pyiceberg (load_catalog(...).load_table(...).scan()), "
-            "DuckDB's iceberg extension or Spark's Iceberg connector"
-        )
+        return open_reader(self.options, schema)
+
+    def streamReader(self, schema: Any) -> DataSourceStreamReader:  # noqa: N802 - Spark's name
+        """A streaming reader (Spark calls this once per query run, in its source runner on the driver)."""
+        from pyspark_fenced_sink.spark.stream_reader import FencedLakeStreamReader
+
+        return FencedLakeStreamReader.open(self.options, schema)
 
     def writer(self, schema: Any, overwrite: bool) -> Any:
         """A batch writer (Spark calls this on the driver when it plans ``df.write...save()``)."""

@@ -1,4 +1,4 @@
-"""Session settings that make Spark's Python write path fast (driver side, optional).
+"""Session settings that make Spark's Python write path fast and let reads prune files (driver side, optional).
 
 Spark hands a Python data source its rows as Arrow batches built in the JVM
 (the same path as ``mapInArrow``). While it builds a batch it checks, after
@@ -20,6 +20,12 @@ bound allowed; lower ``maxRecordsPerBatch`` for such rows. The setting applies
 to every Arrow-based Python operator of the session (``mapInArrow``, pandas
 UDFs, other Python data sources), with the same trade-off.
 
+The second setting is for reads: Spark hands a Python source the query's
+filters only when ``spark.sql.python.filterPushdown.enabled`` is true (its
+default is false); with it, ``spark.read.format("fencedlake")`` skips data
+files by partition values and column statistics (``spark/reader.py``).
+:func:`tune_session` turns it on.
+
 Imports nothing beyond the standard library: it is re-exported by the package,
 which Spark imports in every Python worker.
 """
@@ -32,6 +38,7 @@ from typing import Any
 
 __all__ = [
     "ARROW_MAX_BYTES_PER_BATCH",
+    "PYTHON_FILTER_PUSHDOWN",
     "SPARK_DEFAULT_BATCH_BYTES",
     "UNBOUNDED_BATCH_BYTES",
     "batch_check_active",
@@ -44,6 +51,8 @@ logger = logging.getLogger(__name__)
 ARROW_MAX_BYTES_PER_BATCH = "spark.sql.execution.arrow.maxBytesPerBatch"
 #: ``Int.MaxValue``: the one value for which Spark skips the per-row size check.
 UNBOUNDED_BATCH_BYTES = 2**31 - 1
+#: The Spark SQL conf that lets Python data sources receive a query's filters (Spark's default: false).
+PYTHON_FILTER_PUSHDOWN = "spark.sql.python.filterPushdown.enabled"
 #: Spark's default for :data:`ARROW_MAX_BYTES_PER_BATCH` (64 MiB).
 SPARK_DEFAULT_BATCH_BYTES = 64 * 1024 * 1024
 
@@ -67,30 +76,35 @@ def batch_check_active(value: str | None) -> bool:
 
 
 def tune_session(spark: Any, *, force: bool = False) -> dict[str, str]:
-    """Turn off Spark's per-row Arrow batch size check in ``spark`` (see the module docstring).
+    """Turn off Spark's per-row Arrow batch size check and turn on Python filter pushdown in ``spark``.
 
     Changes :data:`ARROW_MAX_BYTES_PER_BATCH` only while it holds Spark's default (64 MiB), so a
-    value the user chose is kept unless ``force`` is true. Uses only ``spark.conf``, which Spark
-    Connect sessions have as well (tested with classic sessions). Safe to call more than once.
+    value the user chose is kept unless ``force`` is true; sets :data:`PYTHON_FILTER_PUSHDOWN` to
+    true (see the module docstring). Uses only ``spark.conf``, which Spark Connect sessions have as
+    well (tested with classic sessions). Safe to call more than once.
 
     Args:
-        spark: the SparkSession that will run the writes.
-        force: set the value even if the session holds a non-default one.
+        spark: the SparkSession that will run the writes and reads.
+        force: set the batch size even if the session holds a non-default one.
 
     Returns:
         The settings changed, ``{key: new value}`` (empty if nothing changed).
     """
+    changed: dict[str, str] = {}
+    if str(spark.conf.get(PYTHON_FILTER_PUSHDOWN, None)).lower() != "true":
+        spark.conf.set(PYTHON_FILTER_PUSHDOWN, "true")
+        changed[PYTHON_FILTER_PUSHDOWN] = "true"
     current = spark.conf.get(ARROW_MAX_BYTES_PER_BATCH, None)
     size = _bytes(current) if current is not None else SPARK_DEFAULT_BATCH_BYTES
     if size == UNBOUNDED_BATCH_BYTES:
-        return {}
+        return changed
     if size != SPARK_DEFAULT_BATCH_BYTES and not force:
         logger.info(
             "fencedlake: leaving %s=%s as set (tune_session(force=True) overrides it)",
             ARROW_MAX_BYTES_PER_BATCH,
             current,
         )
-        return {}
+        return changed
     spark.conf.set(ARROW_MAX_BYTES_PER_BATCH, str(UNBOUNDED_BATCH_BYTES))
     logger.info("fencedlake: set %s=%d (was %s)", ARROW_MAX_BYTES_PER_BATCH, UNBOUNDED_BATCH_BYTES, current)
-    return {ARROW_MAX_BYTES_PER_BATCH: str(UNBOUNDED_BATCH_BYTES)}
+    return {**changed, ARROW_MAX_BYTES_PER_BATCH: str(UNBOUNDED_BATCH_BYTES)}

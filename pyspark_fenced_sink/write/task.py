@@ -32,7 +32,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from pyiceberg.io import FileIO, load_file_io
 from pyiceberg.io.pyarrow import (
     StatisticsCollector,
     compute_statistics_plan,
@@ -58,6 +57,7 @@ from pyiceberg.types import BinaryType, IcebergType, StructType
 from pyspark_fenced_sink import failpoints
 from pyspark_fenced_sink.errors import WriteRejectedError
 from pyspark_fenced_sink.iceberg.datafiles import data_file_layout_version, encode_data_file
+from pyspark_fenced_sink.iceberg.fileio import cached_file_io
 from pyspark_fenced_sink.iceberg.partitioning import column_index
 from pyspark_fenced_sink.iceberg.row_filter import filter_columns, row_violations
 from pyspark_fenced_sink.iceberg.write_properties import dictionary_columns, parquet_kwargs, size_property
@@ -213,12 +213,6 @@ def _layout(schema_json: str, spec_json: str, props: tuple[tuple[str, str], ...]
     )
 
 
-@functools.lru_cache(maxsize=8)
-def _file_io(io_props: tuple[tuple[str, str], ...], location: str) -> FileIO:
-    """One FileIO per (properties, location) per process (S3 clients are costly)."""
-    return load_file_io(dict(io_props), location)
-
-
 # ------------------------------------------------------------------ partitioning
 
 
@@ -291,7 +285,7 @@ class _TaskWriter:
     def __init__(self, spec: WriteSpec, task: TaskInfo) -> None:
         self.spec = spec
         self.layout = _layout(spec.schema_json, spec.spec_json, tuple(sorted(spec.properties.items())))
-        self.io = _file_io(tuple(sorted(spec.io_properties.items())), spec.location)
+        self.io = cached_file_io(spec.io_properties, spec.location)
         self.locations: LocationProvider = load_location_provider(spec.location, dict(spec.properties))
         batch = task.batch_id if spec.streaming and task.batch_id is not None else spec.tag.batch
         self.tag = dataclasses.replace(spec.tag, task=task.partition_id, attempt=task.attempt_id, batch=batch)

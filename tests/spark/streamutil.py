@@ -4,6 +4,9 @@ A query reads JSON files (``id long, k string``) from an input directory, one
 file per micro-batch (``maxFilesPerTrigger=1``), and writes them with
 ``writeStream.format("fencedlake")``. The file source is deterministic, as the
 sink's exactly-once promise requires: a replayed batch re-reads the same files.
+With ``source`` the query reads another fencedlake table instead
+(``readStream.format("fencedlake")``, one data file per micro-batch): a
+fencedlake -> fencedlake pipeline.
 
 * :func:`write_input` drops a file into the input directory atomically (Spark's
   file source skips names starting with ``_`` or ``.``, so a rename publishes it).
@@ -69,16 +72,26 @@ def start_query(
     failpoints: str = "",
     options: dict[str, str] | None = None,
     table_option: bool = False,
+    source: str | None = None,
 ) -> Any:
     """Start the streaming query; returns the StreamingQuery.
 
     ``trigger``: ``available-now`` or ``processing:MS``. ``mode``: ``append``, or
     ``complete`` / ``update`` over ``count()`` grouped by ``k``. With
     ``table_option`` the table is named by ``.option("table", ...)`` and
-    ``start()`` gets no path.
+    ``start()`` gets no path. With ``source`` the rows come from that fencedlake table of the same
+    warehouse, one data file per micro-batch, and ``input_dir`` is not used.
     """
-    Path(input_dir).mkdir(parents=True, exist_ok=True)  # the file source refuses a missing directory
-    df = spark.readStream.schema(SCHEMA_DDL).option("maxFilesPerTrigger", "1").json(input_dir)
+    if source is not None:
+        df = (
+            spark.readStream.format("fencedlake")
+            .option("warehouse", warehouse)
+            .option("streaming-max-files-per-micro-batch", "1")
+            .load(source)
+        )
+    else:
+        Path(input_dir).mkdir(parents=True, exist_ok=True)  # the file source refuses a missing directory
+        df = spark.readStream.schema(SCHEMA_DDL).option("maxFilesPerTrigger", "1").json(input_dir)
     if mode in ("complete", "update"):
         df = df.groupBy("k").count()
     writer = df.writeStream.format("fencedlake").outputMode(mode).option("checkpointLocation", checkpoint)
@@ -102,7 +115,8 @@ def start_query(
 
 def _parse(argv: Sequence[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m tests.spark.streamutil", description="Run one streaming query.")
-    p.add_argument("--input", required=True)
+    p.add_argument("--input", default="", help="JSON input directory (unless --source)")
+    p.add_argument("--source", default=None, help="read this fencedlake table of the warehouse instead")
     p.add_argument("--checkpoint", required=True)
     p.add_argument("--warehouse", required=True)
     p.add_argument("--table", required=True)
@@ -130,6 +144,7 @@ def main(argv: Sequence[str]) -> int:
         writer_id=args.writer,
         trigger=args.trigger,
         failpoints=args.failpoints,
+        source=args.source,
     )
     print(json.dumps({"started": True, "run": str(query.runId), "query": str(query.id)}), flush=True)
     deadline = time.monotonic() + args.timeout

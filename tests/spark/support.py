@@ -10,6 +10,12 @@
   the ``duckdb-extension-*`` wheels: no network).
 * :func:`warehouse_listing` / :func:`error_text`: what the bad-input tests
   compare and match on.
+* :func:`ids_of` / :func:`assert_exact` / :func:`assert_invariants`: a sink
+  table holds exactly the expected ids, and I1-I7 hold on it and its WAL;
+  :func:`run_to_end` / :func:`run_expecting_failure` wait for a query.
+* :func:`spawn_driver` / :func:`kill_application` / :func:`last_json`: a whole
+  Spark application (``python -m tests.spark.streamutil``) in its own process
+  group, killed with ``kill -9``; :func:`wait_until` polls a condition.
 
 Nothing here registers the data source: a module that wants to prove
 auto-registration must not register it either.
@@ -17,16 +23,41 @@ auto-registration must not register it either.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.util
+import json
 import os
+import signal
+import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pytest
 
-__all__ = ["duckdb_rows", "error_text", "local_path", "start_spark", "stop_spark", "warehouse_listing"]
+__all__ = [
+    "assert_exact",
+    "assert_invariants",
+    "duckdb_rows",
+    "error_text",
+    "ids_of",
+    "kill_application",
+    "last_json",
+    "local_path",
+    "run_expecting_failure",
+    "run_to_end",
+    "spawn_driver",
+    "start_spark",
+    "stop_spark",
+    "wait_until",
+    "warehouse_listing",
+]
+
+ROOT = Path(__file__).resolve().parents[2]
 
 #: Files the embedded SQLite catalog touches on every read; not "new data" when they change.
 _CATALOG_FILES = ("catalog.db", "catalog.db-wal", "catalog.db-shm", "catalog.db-journal", ".catalog.lock")
@@ -103,3 +134,93 @@ def error_text(error: BaseException) -> str:
     if desc:
         parts.append(str(desc))
     return "\n".join(parts)
+
+
+def wait_until(cond: Callable[[], bool], timeout: float, what: str) -> None:
+    """Poll ``cond`` every 0.2 s; fail the test after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return
+        time.sleep(0.2)
+    pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+def spawn_driver(args: list[str], out: Path, **env: str) -> subprocess.Popen[str]:
+    """``python -m tests.spark.streamutil ARGS`` in its own process group (a whole Spark application).
+
+    The test process's own ``FENCEDLAKE_FAILPOINTS`` is not inherited; ``env`` may set one.
+    """
+    inherited = {k: v for k, v in os.environ.items() if k != "FENCEDLAKE_FAILPOINTS"}
+    return subprocess.Popen(
+        [sys.executable, "-m", "tests.spark.streamutil", *args],
+        cwd=ROOT,
+        env={**inherited, "PYTHONPATH": str(ROOT), **env},
+        stdout=out.open("w"),
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+
+
+def kill_application(proc: subprocess.Popen[str], paused_pid: int | None = None) -> None:
+    """``kill -9`` the driver's process group (driver, JVM) and the paused Python worker (the daemon's group)."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    if paused_pid:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(paused_pid, signal.SIGKILL)
+    proc.wait(timeout=60)
+
+
+def last_json(out: Path) -> dict[str, Any]:
+    """The last JSON line a driver subprocess printed (``{}`` if none)."""
+    lines = [ln for ln in out.read_text().splitlines() if ln.startswith("{")]
+    return json.loads(lines[-1]) if lines else {}
+
+
+def ids_of(wh: str, table: str) -> list[int]:
+    """Every id in the table, sorted (duplicates kept, so they fail a comparison)."""
+    from pyspark_fenced_sink.iceberg.catalogs import embedded_catalog
+
+    return sorted(embedded_catalog(wh).load_table(table).scan().to_arrow().column("id").to_pylist())
+
+
+def assert_invariants(wh: str, table: str) -> None:
+    """I1-I7 on the real table and its WAL (``testing.invariants.check_table``)."""
+    from pyspark_fenced_sink.iceberg.catalogs import open_table
+    from pyspark_fenced_sink.options import catalog_config
+    from pyspark_fenced_sink.testing.invariants import check_table
+
+    ctx = open_table(catalog_config(warehouse=wh), table).ctx
+    violations = check_table(ctx.port.table(ctx.port.load()), ctx.wal, lambda p: Path(local_path(p)).exists())
+    assert violations == []
+
+
+def assert_exact(wh: str, table: str, expected: list[int]) -> None:
+    """The table holds exactly ``expected``: same count, same ids, no duplicates; I1-I7 hold."""
+    found = ids_of(wh, table)
+    assert len(found) == len(expected), f"{len(found)} rows, expected {len(expected)}"
+    assert found == sorted(expected)
+    assert len(set(found)) == len(found)
+    assert_invariants(wh, table)
+
+
+def run_to_end(query: Any, timeout: float = 120) -> None:
+    """Wait for an availableNow query; re-raise its failure."""
+    assert query.awaitTermination(timeout), "query did not finish in time"
+    error = query.exception()
+    if error is not None:
+        raise error
+
+
+def run_expecting_failure(query: Any, timeout: float = 120) -> str:
+    """Wait for a query that must fail; return the error text the user sees."""
+    from pyspark.errors import StreamingQueryException
+
+    try:
+        finished = query.awaitTermination(timeout)
+    except StreamingQueryException as e:
+        return error_text(e)
+    query.stop()
+    pytest.fail(f"query did not fail (finished={finished})")

@@ -29,31 +29,32 @@ sink as ``overwrite=True``.
 
 from __future__ import annotations
 
-import contextlib
-import json
-import os
 import shutil
-import signal
-import subprocess
-import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from pyspark.errors import StreamingQueryException
 
 from pyspark_fenced_sink.iceberg.catalogs import embedded_catalog, open_table
 from pyspark_fenced_sink.options import catalog_config
 from pyspark_fenced_sink.protocol.state import STATE_PROPERTY, CommittedState, WriterState, decode_record
 from pyspark_fenced_sink.protocol.wal import EntryKind, WalEntry
 from pyspark_fenced_sink.testing.harness import DURABLE_AT as BATCH_DURABLE_AT
-from pyspark_fenced_sink.testing.invariants import check_table
 from tests.spark.streamutil import input_ids, start_query, write_input
-from tests.spark.support import error_text, local_path
+from tests.spark.support import (
+    assert_exact,
+    assert_invariants,
+    ids_of,
+    run_expecting_failure,
+    run_to_end,
+    wait_until,
+)
+from tests.spark.support import kill_application as _kill_application
+from tests.spark.support import last_json as _last_json
+from tests.spark.support import spawn_driver as _driver
 
 pytestmark = pytest.mark.spark
 
@@ -75,11 +76,6 @@ def _ctx(wh: str, table: str) -> Any:
 
 def _table(wh: str, table: str) -> Any:
     return embedded_catalog(wh).load_table(table)
-
-
-def ids_of(wh: str, table: str) -> list[int]:
-    """Every id in the table, sorted (duplicates kept, so they fail a comparison)."""
-    return sorted(_table(wh, table).scan().to_arrow().column("id").to_pylist())
 
 
 def state_of(wh: str, table: str) -> CommittedState:
@@ -109,48 +105,6 @@ def wal_entries(wh: str, table: str) -> dict[int, WalEntry]:
     return {seq: e for seq in wal.scan(0) if (e := wal.read(seq)) is not None}
 
 
-def assert_invariants(wh: str, table: str) -> None:
-    ctx = _ctx(wh, table)
-    violations = check_table(ctx.port.table(ctx.port.load()), ctx.wal, lambda p: Path(local_path(p)).exists())
-    assert violations == []
-
-
-def assert_exact(wh: str, table: str, expected: list[int]) -> None:
-    """The table holds exactly ``expected``: same count, same ids, no duplicates; I1-I7 hold."""
-    found = ids_of(wh, table)
-    assert len(found) == len(expected), f"{len(found)} rows, expected {len(expected)}"
-    assert found == sorted(expected)
-    assert len(set(found)) == len(found)
-    assert_invariants(wh, table)
-
-
-def run_to_end(query: Any, timeout: float = 120) -> None:
-    """Wait for an availableNow query; re-raise its failure."""
-    assert query.awaitTermination(timeout), "query did not finish in time"
-    error = query.exception()
-    if error is not None:
-        raise error
-
-
-def run_expecting_failure(query: Any, timeout: float = 120) -> str:
-    """Wait for a query that must fail; return the error text the user sees."""
-    try:
-        finished = query.awaitTermination(timeout)
-    except StreamingQueryException as e:
-        return error_text(e)
-    query.stop()
-    pytest.fail(f"query did not fail (finished={finished})")
-
-
-def wait_until(cond: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return
-        time.sleep(0.2)
-    pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}")
-
-
 def ids(lo: int, n: int) -> list[int]:
     return list(range(lo, lo + n))
 
@@ -162,36 +116,6 @@ def delete_last_commit(checkpoint: str) -> int:
     last.unlink()
     (last.parent / f".{last.name}.crc").unlink(missing_ok=True)
     return int(last.name)
-
-
-def _driver(args: list[str], out: Path, **env: str) -> subprocess.Popen[str]:
-    """``python -m tests.spark.streamutil ARGS`` in its own process group (a whole Spark application)."""
-    full_env = {**os.environ, "PYTHONPATH": str(ROOT), **env}
-    full_env.pop("FENCEDLAKE_FAILPOINTS", None)
-    return subprocess.Popen(
-        [sys.executable, "-m", "tests.spark.streamutil", *args],
-        cwd=ROOT,
-        env=full_env,
-        stdout=out.open("w"),
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
-
-
-def _kill_application(proc: subprocess.Popen[str], paused_pid: int | None = None) -> None:
-    """``kill -9`` the driver's process group (driver, JVM) and the paused Python worker (the daemon's group)."""
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGKILL)
-    if paused_pid:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(paused_pid, signal.SIGKILL)
-    proc.wait(timeout=60)
-
-
-def _last_json(out: Path) -> dict[str, Any]:
-    lines = [ln for ln in out.read_text().splitlines() if ln.startswith("{")]
-    return json.loads(lines[-1]) if lines else {}
 
 
 # ------------------------------------------------------------------ contract

@@ -19,7 +19,12 @@ import pytest
 
 from pyspark_fenced_sink import tune_session
 from pyspark_fenced_sink.iceberg.catalogs import embedded_catalog
-from pyspark_fenced_sink.spark.tuning import ARROW_MAX_BYTES_PER_BATCH, UNBOUNDED_BATCH_BYTES, _bytes
+from pyspark_fenced_sink.spark.tuning import (
+    ARROW_MAX_BYTES_PER_BATCH,
+    PYTHON_FILTER_PUSHDOWN,
+    UNBOUNDED_BATCH_BYTES,
+    _bytes,
+)
 
 pytestmark = pytest.mark.spark
 
@@ -54,15 +59,17 @@ def test_byte_sizes_parse_like_spark(text: str, expected: int | None) -> None:
 
 def test_default_session_is_tuned_once(session: Any) -> None:
     assert _bytes(session.conf.get(ARROW_MAX_BYTES_PER_BATCH)) == 64 * 2**20  # Spark's default, as the module says
-    assert tune_session(session) == {ARROW_MAX_BYTES_PER_BATCH: UNBOUNDED}
+    assert session.conf.get(PYTHON_FILTER_PUSHDOWN) == "false"  # Spark's default
+    assert tune_session(session) == {ARROW_MAX_BYTES_PER_BATCH: UNBOUNDED, PYTHON_FILTER_PUSHDOWN: "true"}
     assert session.conf.get(ARROW_MAX_BYTES_PER_BATCH) == UNBOUNDED
+    assert session.conf.get(PYTHON_FILTER_PUSHDOWN) == "true"
     assert tune_session(session) == {}
     assert session.conf.get(ARROW_MAX_BYTES_PER_BATCH) == UNBOUNDED
 
 
 def test_a_value_the_user_chose_is_kept_unless_forced(session: Any) -> None:
     session.conf.set(ARROW_MAX_BYTES_PER_BATCH, "32m")
-    assert tune_session(session) == {}
+    assert tune_session(session) == {PYTHON_FILTER_PUSHDOWN: "true"}
     assert _bytes(session.conf.get(ARROW_MAX_BYTES_PER_BATCH)) == 32 * 2**20
     assert tune_session(session, force=True) == {ARROW_MAX_BYTES_PER_BATCH: UNBOUNDED}
     assert session.conf.get(ARROW_MAX_BYTES_PER_BATCH) == UNBOUNDED

@@ -34,6 +34,7 @@ from pyspark.sql import types as T  # noqa: N812 - the usual pyspark idiom
 from pyspark_fenced_sink import failpoints
 from pyspark_fenced_sink.errors import InvalidOptionsError, SchemaMismatchError
 from pyspark_fenced_sink.iceberg.datafiles import decode_data_file
+from pyspark_fenced_sink.iceberg.fileio import cached_file_io
 from pyspark_fenced_sink.iceberg.partitioning import parse_partition_by
 from pyspark_fenced_sink.iceberg.schema import iceberg_schema_from_spark
 from pyspark_fenced_sink.protocol.filetag import FileTag
@@ -220,7 +221,7 @@ def test_fsspec_file_io_from_io_properties(tmp_path: Path) -> None:
     assert len(files) == 1
     assert Path(local(files[0].file_path)).stat().st_size == files[0].file_size_in_bytes
     assert read_back(files).column("id").to_pylist() == list(range(1000))
-    assert type(executor._file_io(tuple(ws.io_properties.items()), ws.location)).__name__ == "FsspecFileIO"
+    assert type(cached_file_io(ws.io_properties, ws.location)).__name__ == "FsspecFileIO"
 
 
 def test_spark_time_values_are_written_as_iceberg_time(tmp_path: Path) -> None:

@@ -1,0 +1,232 @@
+"""Suite "read": ``spark.read.format("fencedlake")`` vs Spark's native Parquet reader vs pyiceberg (issue 15).
+
+Setup (not timed): the benchmark frame (:func:`benchmarks.data.spark_frame`,
+``ts`` time-ordered over 30 days) written once with fencedlake into an
+unpartitioned table of 16 data files (one row group each) with disjoint
+``ts`` ranges. Two queries, each consuming every column of
+every row it returns through Spark's ``noop`` sink, run in interleaved rounds
+for three readers:
+
+* ``native``: ``spark.read.parquet`` of the table's current data files (the
+  same files), the baseline;
+* ``fencedlake``: ``spark.read.format("fencedlake").load(table)`` in a session
+  set up with :func:`pyspark_fenced_sink.tune_session` (filter pushdown on);
+* ``pyiceberg+createDataFrame``: what a user without a Spark reader does:
+  ``table.scan(row_filter).to_arrow()`` on the driver, then
+  ``spark.createDataFrame(arrow)``;
+* ``python floor``: a bare Python data source reading the same files with
+  plain pyarrow (:mod:`benchmarks.floor_source`), in as many splits as
+  fencedlake makes: what Spark's Python read path costs by itself.
+
+A note also gives the Python half alone: fencedlake's executor read path
+(``read_files``) over every file in this process, without Spark, next to
+``pyarrow.parquet.read_table`` of the same files.
+
+Queries: a full scan, and a selective filter (one day of the 30:
+``ts >= day 10 and ts < day 11``). The "files" column is how many data files
+each reader opens: fencedlake's and pyiceberg's planned files (partition and
+column statistics pruning), native's whole listing (it skips row groups inside
+each file by their statistics). Every query's row count is verified once per
+reader, outside the timing.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from benchmarks.common import BenchmarkError, SuiteResult, interleaved, median, paired_ratios
+from benchmarks.data import T0, spark_frame
+
+__all__ = ["TARGET_RATIO", "run"]
+
+TARGET_RATIO = 0.8  # issue 15: fencedlake full scan >= 0.8x Spark's native Parquet scan
+TABLE = "bench.read"
+DAY_LO, DAY_HI = (
+    dt.datetime.fromtimestamp(T0 + 10 * 86_400, dt.UTC),
+    dt.datetime.fromtimestamp(T0 + 11 * 86_400, dt.UTC),
+)
+QUERIES = {
+    "full scan": None,
+    "one day of 30": f"ts >= timestamp'{DAY_LO:%Y-%m-%d %H:%M:%S}' AND ts < timestamp'{DAY_HI:%Y-%m-%d %H:%M:%S}'",
+}
+READERS = ("native", "fencedlake", "python floor", "pyiceberg+createDataFrame")
+
+
+def _planned_files(wh: str, where: str | None) -> tuple[int, int]:
+    """(files fencedlake plans for the query, data files in the snapshot), through the reader's own API."""
+    from pyspark.sql import datasource as F  # noqa: N812 - the filter classes, as Spark's docs spell them
+
+    from pyspark_fenced_sink import FencedLakeDataSource
+    from pyspark_fenced_sink.spark.reader import FencedLakeFilteringReader, open_read
+
+    source = FencedLakeDataSource({"warehouse": wh, "path": TABLE})
+    reader = FencedLakeFilteringReader(*open_read(source.options, source.schema(), streaming=False))
+    if where is not None:
+        reader.pushFilters([F.GreaterThanOrEqual(("ts",), DAY_LO), F.LessThan(("ts",), DAY_HI)])
+    reader.partitions()
+    stats = reader.stats
+    assert stats is not None
+    return stats.files, stats.total_files or 0
+
+
+def _python_half(wh: str, paths: list[str]) -> tuple[float, float]:
+    """Seconds for fencedlake's executor read path over every file in this process, and for pq.read_table."""
+    import pyarrow.parquet as pq
+
+    from pyspark_fenced_sink import FencedLakeDataSource
+    from pyspark_fenced_sink.spark.reader import FencedLakeReader, open_read
+
+    source = FencedLakeDataSource({"warehouse": wh, "path": TABLE})
+    reader = FencedLakeReader(*open_read(source.options, source.schema(), streaming=False))
+    splits = reader.partitions()
+    t0 = time.perf_counter()
+    decoded = sum(batch.num_rows for split in splits for batch in reader.read(split))
+    t1 = time.perf_counter()
+    plain = sum(pq.read_table(p.removeprefix("file://")).num_rows for p in paths)
+    t2 = time.perf_counter()
+    if decoded != plain:
+        raise BenchmarkError(f"the executor read path decoded {decoded} rows, pyarrow {plain}")
+    return t1 - t0, t2 - t1
+
+
+def _iceberg_filter(where: str | None) -> Any:
+    from pyiceberg.expressions import AlwaysTrue, And, GreaterThanOrEqual, LessThan
+
+    if where is None:
+        return AlwaysTrue()
+    micros = [int(d.timestamp()) * 1_000_000 for d in (DAY_LO, DAY_HI)]
+    return And(GreaterThanOrEqual("ts", micros[0]), LessThan("ts", micros[1]))
+
+
+def run(
+    *,
+    spark: Any,
+    rows: int,
+    reps: int,
+    partitions: int = 2,
+    workdir: str | None = None,
+    log: Callable[[str], None] = print,
+) -> SuiteResult:
+    """Write the table once, then interleaved rounds of every reader for each query."""
+    from benchmarks.floor_source import FloorDataSource
+    from pyspark_fenced_sink.iceberg.catalogs import embedded_catalog
+
+    spark.dataSource.register(FloorDataSource)
+    result = SuiteResult(
+        "read",
+        f"Read throughput, {rows:,} rows, local[2], fencedlake vs native Parquet on the same files (issue 15)",
+    )
+    with tempfile.TemporaryDirectory(prefix="fencedlake-bench-read-", dir=workdir) as tmp:
+        wh = str(Path(tmp) / "wh")
+        frame = spark_frame(spark, rows, partitions=partitions)
+        writer = frame.write.format("fencedlake").mode("append").option("warehouse", wh)
+        # 16 data files: a row group of rows/16 rows each, every file rolled after its first row group.
+        writer = writer.option("table.write.parquet.row-group-limit", str(max(rows // 16, 1000)))
+        writer.option("table.write.target-file-size-bytes", "1").save(TABLE)
+        table = embedded_catalog(wh).load_table(TABLE)
+        paths = sorted(t.file.file_path for t in table.scan().plan_files())
+        splits = spark.read.format("fencedlake").option("warehouse", wh).load(TABLE).rdd.getNumPartitions()
+        log(f"  {rows:,} rows in {len(paths)} data files, {splits} splits")
+        floor_options = {"schema": ", ".join(f"{f.name} {f.dataType.simpleString()}" for f in frame.schema)}
+        floor_options.update(paths=json.dumps(paths), splits=str(splits))
+        samples: dict[str, dict[str, list[float]]] = {}
+        files: dict[str, dict[str, str]] = {}
+        expected: dict[str, int] = {}
+        for query, where in QUERIES.items():
+
+            def frames(where: str | None = where) -> dict[str, Callable[[], Any]]:
+                def native() -> Any:
+                    df = spark.read.parquet(*paths)
+                    return df.where(where) if where else df
+
+                def fenced() -> Any:
+                    df = spark.read.format("fencedlake").option("warehouse", wh).load(TABLE)
+                    return df.where(where) if where else df
+
+                def floor() -> Any:
+                    df = spark.read.format("fencedlake_bench_floor").options(**floor_options).load()
+                    return df.where(where) if where else df
+
+                def collected() -> Any:
+                    arrow = embedded_catalog(wh).load_table(TABLE).scan(row_filter=_iceberg_filter(where)).to_arrow()
+                    return spark.createDataFrame(arrow)
+
+                return {
+                    "native": native,
+                    "fencedlake": fenced,
+                    "python floor": floor,
+                    "pyiceberg+createDataFrame": collected,
+                }
+
+            made = frames()
+            counts = {name: make().count() for name, make in made.items()}
+            expected[query] = counts["native"]
+            if len(set(counts.values())) != 1 or (where is None and counts["native"] != rows):
+                raise BenchmarkError(f"{query}: readers disagree on the row count: {counts} (table rows {rows})")
+            planned, total = _planned_files(wh, where)
+            pyiceberg_files = len(list(table.scan(row_filter=_iceberg_filter(where)).plan_files()))
+            files[query] = {
+                "native": f"{len(paths)} of {len(paths)}",
+                "fencedlake": f"{planned} of {total}",
+                "python floor": f"{len(paths)} of {len(paths)}",
+                "pyiceberg+createDataFrame": f"{pyiceberg_files} of {total}",
+            }
+
+            def timed(make: Callable[[], Any]) -> Callable[[int], float]:
+                def fn(rep: int) -> float:
+                    t0 = time.perf_counter()
+                    make().write.format("noop").mode("overwrite").save()
+                    return time.perf_counter() - t0
+
+                return fn
+
+            log(f"  {query}: {expected[query]:,} rows")
+            variants = [(name, timed(make)) for name, make in made.items()]
+            samples[query] = interleaved(variants, reps, warmup=reps > 1, log=log)  # the quick run: no warm-up
+        python_s, pyarrow_s = _python_half(wh, paths)
+
+    result.columns = ["query", "reader", "rows", "files read", "median s", "rows/s", "ratio vs native"]
+    for query, by_reader in samples.items():
+        for name in READERS:
+            seconds = median(by_reader[name])
+            result.rows.append(
+                {
+                    "query": query,
+                    "reader": name,
+                    "rows": expected[query],
+                    "files read": files[query][name],
+                    "median s": seconds,
+                    "rows/s": expected[query] / seconds if seconds else float("nan"),
+                    "ratio vs native": median(paired_ratios(by_reader, name, "native")),
+                }
+            )
+    result.data.update(
+        {"rows": rows, "reps": reps, "samples_s": samples, "files": files, "splits": splits, "python_half_s": python_s}
+    )
+    result.notes += [
+        f"ratio = native time / reader time, median of the {reps} paired round(s) (>1 is faster than native). "
+        "Every query writes all its columns to Spark's noop sink, so no reader can skip a column.",
+        "fencedlake: Arrow batches decoded by pyiceberg's ArrowScan in Spark's Python workers; the selective query's "
+        "filters reach it through spark.sql.python.filterPushdown.enabled (tune_session) and prune data files by "
+        "their ts statistics; Spark applies the filter again to every row it returns.",
+    ]
+    full = {r["reader"]: r for r in result.rows if r["query"] == "full scan"}
+    result.notes.append(
+        f"The Python half alone (no Spark, one process): fencedlake's executor read path decodes the {rows:,} "
+        f"rows in {python_s:.2f}s, pyarrow.parquet.read_table of the same files takes {pyarrow_s:.2f}s; the full "
+        f"scan took fencedlake {full['fencedlake']['median s']:.2f}s and the python floor "
+        f"{full['python floor']['median s']:.2f}s in Spark ({splits} tasks on local[2])."
+    )
+    if full["fencedlake"]["ratio vs native"] < TARGET_RATIO:
+        result.warnings.append(
+            f"full scan: fencedlake is {full['fencedlake']['ratio vs native']:.2f}x native (target >= "
+            f"{TARGET_RATIO}x): {full['fencedlake']['median s']:.2f}s vs {full['native']['median s']:.2f}s; "
+            f"a bare pyarrow Python source over the same files runs at {full['python floor']['ratio vs native']:.2f}x"
+        )
+    return result

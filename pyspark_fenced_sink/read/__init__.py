@@ -1,0 +1,1 @@
+"""The executor read path: Iceberg data files to the Arrow batches Spark expects (no catalog code)."""

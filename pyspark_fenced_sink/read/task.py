@@ -1,0 +1,168 @@
+"""Iceberg data files -> the Arrow batches Spark expects (executor side; PROTOCOL.md §14).
+
+Runs in Spark's Python workers for every input split of a batch or streaming
+read. Each file goes through pyiceberg's ``ArrowScan`` machinery, one Arrow
+batch at a time: columns matched by field id (renamed, dropped and added
+columns read right; files without field ids through the table's name
+mapping), identity partition values filled in, type promotions applied,
+positional delete files applied, and the pushed-down filter applied to rows
+while decoding (it keeps a superset of what Spark keeps; Spark filters again).
+Each batch is then cast to the Arrow schema Spark derives from the read's
+Spark schema, which Spark checks field by field; ``uuid`` values become their
+canonical text.
+
+pyiceberg 0.12 rebuilds a list whose elements are structs, and a map whose
+values are structs, without the null mask, so a null reads back as empty
+(apache/iceberg-python#3833). :func:`read_files` first installs
+:class:`_NullKeepingProjection` in its place — a subclass that restores the
+mask of the array the file holds — once per process; it changes nothing else.
+
+No catalog code here (``tests/read/test_task.py`` checks it in a fresh interpreter).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import threading
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+import pyiceberg.io.pyarrow as iceberg_arrow
+from pyiceberg.expressions import AlwaysTrue, BooleanExpression
+from pyiceberg.io.pyarrow import ArrowProjectionVisitor, ArrowScan, _read_all_delete_files
+from pyiceberg.schema import Schema
+from pyiceberg.table import FileScanTask
+from pyiceberg.table.metadata import TableMetadata
+
+from pyspark_fenced_sink import failpoints
+from pyspark_fenced_sink.iceberg.fileio import cached_file_io
+from pyspark_fenced_sink.options import redact
+
+__all__ = ["ReadSpec", "read_files", "spark_arrow_schema"]
+
+
+@dataclass(frozen=True)
+class ReadSpec:
+    """Everything a read task needs (pickled to executors with Spark's reader).
+
+    Attributes:
+        table: Table name, for messages.
+        metadata: The table metadata to read with: the read schema current, every partition
+            spec, no snapshot history (``iceberg.scan.executor_metadata``).
+        projection: The Iceberg columns read (the read schema, or the user's projection of it).
+        spark_schema_json: The Spark schema Spark expects, as JSON.
+        io_properties: FileIO properties; may hold secrets, masked in ``repr``.
+        row_filter: Rows to keep while decoding (a superset of Spark's filter; Spark filters again).
+        text_uuids: The projection has ``uuid`` columns (converted to text, value by value).
+    """
+
+    table: str
+    metadata: TableMetadata
+    projection: Schema
+    spark_schema_json: str
+    io_properties: Mapping[str, str] = field(default_factory=dict)
+    row_filter: BooleanExpression = field(default_factory=AlwaysTrue)
+    text_uuids: bool = False
+
+    def __repr__(self) -> str:
+        return (
+            f"ReadSpec(table={self.table!r}, columns={[f.name for f in self.projection.fields]}, "
+            f"row_filter={self.row_filter!r}, io_properties={redact(self.io_properties)})"
+        )
+
+
+@functools.lru_cache(maxsize=16)
+def spark_arrow_schema(spark_schema_json: str) -> pa.Schema:
+    """The Arrow schema Spark checks a Python source's batches against (its own conversion, in UTC)."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+    from pyspark.sql.types import StructType
+
+    schema = StructType.fromJson(json.loads(spark_schema_json))
+    try:
+        return to_arrow_schema(schema, timezone="UTC")
+    except TypeError:  # Spark 4.0's signature has no timezone (and does not compare schemas exactly)
+        return to_arrow_schema(schema)
+
+
+def _with_nulls_of(result: pa.Array | None, source: pa.Array | None) -> pa.Array | None:
+    """``result`` (a list or map pyiceberg rebuilt from ``source``'s offsets) with ``source``'s nulls."""
+    if result is None or source is None or result.null_count == source.null_count:
+        return result
+    mask = source.is_null()
+    if isinstance(result, pa.MapArray):
+        return pa.MapArray.from_arrays(result.offsets, result.keys, result.items, type=result.type, mask=mask)
+    cls = pa.LargeListArray if isinstance(result, pa.LargeListArray) else pa.ListArray
+    return cls.from_arrays(result.offsets, result.values, type=result.type, mask=mask)
+
+
+class _NullKeepingProjection(ArrowProjectionVisitor):
+    """pyiceberg's file-to-table projection, keeping null lists and maps null (see the module docstring)."""
+
+    def list(self, list_type: Any, list_array: pa.Array | None, value_array: pa.Array | None) -> pa.Array | None:
+        return _with_nulls_of(super().list(list_type, list_array, value_array), list_array)
+
+    def map(
+        self, map_type: Any, map_array: pa.Array | None, key_result: pa.Array | None, value_result: pa.Array | None
+    ) -> pa.Array | None:
+        return _with_nulls_of(super().map(map_type, map_array, key_result, value_result), map_array)
+
+
+_install_lock = threading.Lock()
+
+
+def _install_null_keeping_projection() -> None:
+    """Make pyiceberg's per-batch projection (``_to_requested_schema``) use :class:`_NullKeepingProjection`."""
+    with _install_lock:
+        if iceberg_arrow.ArrowProjectionVisitor is ArrowProjectionVisitor:
+            iceberg_arrow.ArrowProjectionVisitor = _NullKeepingProjection  # type: ignore[misc]
+
+
+def _uuid_text(array: pa.Array) -> pa.Array:
+    if isinstance(array, pa.ExtensionArray):
+        array = array.storage
+    return pa.array([None if v is None else str(uuid.UUID(bytes=v)) for v in array.to_pylist()], pa.string())
+
+
+def _conform(array: pa.Array, target: pa.DataType) -> pa.Array:
+    """Cast ``array`` to ``target``, turning 16-byte uuid values into text where the target is a string."""
+    source = array.storage.type if isinstance(array, pa.ExtensionArray) else array.type
+    mask = array.is_null() if array.null_count else None
+    if pa.types.is_string(target) and pa.types.is_fixed_size_binary(source):
+        return _uuid_text(array)
+    if pa.types.is_struct(target):
+        children = [_conform(child, target.field(i).type) for i, child in enumerate(array.flatten())]
+        return pa.StructArray.from_arrays(children, fields=list(target), mask=mask)
+    if pa.types.is_map(target):
+        keys = _conform(array.keys, target.key_type)
+        items = _conform(array.items, target.item_type)
+        return pa.MapArray.from_arrays(array.offsets, keys, items, type=target, mask=mask)
+    if pa.types.is_list(target):
+        values = _conform(array.values, target.value_type)
+        return pa.ListArray.from_arrays(array.offsets, values, type=target, mask=mask)
+    return array.cast(target)
+
+
+def _to_spark(batch: pa.RecordBatch, target: pa.Schema, text_uuids: bool) -> pa.RecordBatch:
+    if not text_uuids:
+        return batch.cast(target)
+    columns = [_conform(batch.column(i), f.type) for i, f in enumerate(target)]
+    return pa.RecordBatch.from_arrays(columns, schema=target)
+
+
+def read_files(spec: ReadSpec, tasks: Sequence[FileScanTask]) -> Iterator[pa.RecordBatch]:
+    """Stream the rows of ``tasks`` (data files with their delete files) as Spark-ready Arrow batches."""
+    _install_null_keeping_projection()
+    io = cached_file_io(spec.io_properties, spec.metadata.location)
+    target = spark_arrow_schema(spec.spark_schema_json)
+    scan = ArrowScan(spec.metadata, io, spec.projection, spec.row_filter)
+    for task in tasks:
+        failpoints.hit("read.before-file")
+        # pyiceberg 0.12's per-file generator: ArrowScan.to_record_batches would hold a whole file's
+        # batches in memory before yielding the first (see setup.cfg, "pyiceberg internals").
+        deletes: dict[str, Any] = _read_all_delete_files(io, [task]) if task.delete_files else {}
+        for batch in scan._record_batches_from_scan_tasks_and_deletes([task], deletes):
+            yield _to_spark(batch, target, spec.text_uuids)
