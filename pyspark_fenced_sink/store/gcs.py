@@ -138,7 +138,11 @@ def gcs_filesystem(location: str, io_properties: Mapping[str, str]) -> Any:
             if props.get("gcs.project-id"):
                 kwargs["project"] = props["gcs.project-id"]
             if props.get("gcs.oauth2.token"):
-                kwargs["token"] = props["gcs.oauth2.token"]
+                # A raw access token as a Credentials object: gcsfs would send a string to Google's
+                # tokeninfo endpoint first (and read a file path as a service-account key).
+                from google.oauth2.credentials import Credentials
+
+                kwargs["token"] = Credentials(props["gcs.oauth2.token"])
             if props.get("gcs.service.host"):
                 kwargs["endpoint_url"] = props["gcs.service.host"]
             if props.get("gcs.requester-pays", "").lower() == "true":
