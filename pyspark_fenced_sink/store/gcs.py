@@ -142,7 +142,7 @@ def gcs_filesystem(location: str, io_properties: Mapping[str, str]) -> Any:
                 # tokeninfo endpoint first (and read a file path as a service-account key).
                 from google.oauth2.credentials import Credentials
 
-                kwargs["token"] = Credentials(props["gcs.oauth2.token"])
+                kwargs["token"] = Credentials(props["gcs.oauth2.token"])  # type: ignore[no-untyped-call]
             if props.get("gcs.service.host"):
                 kwargs["endpoint_url"] = props["gcs.service.host"]
             if props.get("gcs.requester-pays", "").lower() == "true":
