@@ -10,6 +10,7 @@ passes. (The docker target has no GCS emulator: only there do GCS tests skip.)
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import sys
@@ -192,6 +193,13 @@ def rest_catalog_properties(services: Services) -> dict[str, str]:
 def azure_properties(services: Services) -> dict[str, str]:
     """pyiceberg FileIO properties for Azurite (``adls.*``)."""
     services.require("azure_connection_string", "azure_container")
+    from azure.core.exceptions import ResourceExistsError
+    from azure.storage.blob import BlobServiceClient
+
+    # integration/services/azurite.sh creates the container; the docker stack's Azurite starts empty.
+    with contextlib.suppress(ResourceExistsError):
+        service = BlobServiceClient.from_connection_string(services.azure_connection_string)
+        service.create_container(services.azure_container)
     return {"adls.connection-string": services.azure_connection_string, "adls.account-name": "devstoreaccount1"}
 
 
