@@ -180,6 +180,11 @@ def rest_catalog_properties(services: Services) -> dict[str, str]:
     Only the URI and the OAuth2 client credential: the catalog vends the storage properties.
     """
     services.require("rest_uri")
+    return rest_properties(services)
+
+
+def rest_properties(services: Services) -> dict[str, str]:
+    """pyiceberg ``RestCatalog`` properties: URI, OAuth2 client credential and its token endpoint, warehouse."""
     props = {"type": "rest", "uri": services.rest_uri}
     if services.rest_credential:
         props["credential"] = services.rest_credential

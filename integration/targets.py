@@ -22,7 +22,7 @@ from collections.abc import Mapping
 
 import pytest
 
-from integration.conftest import Services, gcs_io_properties
+from integration.conftest import Services, gcs_io_properties, rest_properties
 
 __all__ = ["FULL", "TARGETS", "target_options", "targets_for"]
 
@@ -61,12 +61,7 @@ def target_options(services: Services, target: str, tag: str | None = None) -> d
         }
     if target == "rest-s3":
         services.require("rest_uri")
-        rest = {"catalog.type": "rest", "catalog.uri": services.rest_uri}
-        if services.rest_credential:
-            rest["catalog.credential"] = services.rest_credential
-            rest["catalog.oauth2-server-uri"] = f"{services.rest_uri}/v1/oauth/tokens"
-        if services.rest_warehouse:
-            rest["catalog.warehouse"] = services.rest_warehouse
+        rest = {f"catalog.{k}": v for k, v in rest_properties(services).items()}
         return {**table, **rest}
     if target == "pg-azure":
         services.require("azure_connection_string", "azure_container")
