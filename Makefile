@@ -46,6 +46,9 @@ lint: bootstrap
 	$(VENV)/bin/mypy
 
 services-stop:
+	-integration/services/rest.sh stop
+	-integration/services/gcs.sh stop
+	-integration/services/azurite.sh stop
 	-integration/services/s3.sh stop
 	-integration/services/postgres.sh stop
 

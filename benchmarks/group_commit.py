@@ -23,7 +23,10 @@ write exactly once, no row of a failed write.
 
 The catalog is the embedded default (SQLite); if ``FENCEDLAKE_IT_PG_URI`` is
 set (``integration/run.sh`` exports it), every round also runs on a
-PostgreSQL-backed SqlCatalog. Targets at N = 64 (issue 6): fencedlake
+PostgreSQL-backed SqlCatalog, and if ``FENCEDLAKE_IT_REST_URI`` is set, on the
+Iceberg REST catalog (integration/services/restcatalog.py: naive pyiceberg and
+fencedlake through the same server, so the field report's 409s show as its
+"failed" column). Targets at N = 64 (issue 6): fencedlake
 lands 100% with 0 surfaced errors, >= 10x naive pyiceberg's landed rows/s,
 group-commit factor >= 4.
 
@@ -57,6 +60,8 @@ ROOT = Path(__file__).resolve().parents[1]
 MARK = "@@"  # protocol lines on a worker's stdout start with this
 SEED_ID = 10**15
 PG_URI_ENV = "FENCEDLAKE_IT_PG_URI"
+#: The Iceberg REST catalog (integration/services/rest.sh exports these): a "rest" row, same writers.
+REST_URI_ENV, REST_CREDENTIAL_ENV = "FENCEDLAKE_IT_REST_URI", "FENCEDLAKE_IT_REST_CREDENTIAL"
 FENCED, NAIVE, NAIVE_NO_RETRY = "fencedlake", "pyiceberg", "pyiceberg no-retry"
 VARIANTS = (FENCED, NAIVE, NAIVE_NO_RETRY)
 TARGET_FACTOR = 4.0
@@ -361,6 +366,15 @@ def _round(
     }
 
 
+def _rest_target(uri: str) -> dict[str, str]:
+    """``catalog.*`` options of the REST catalog at ``uri`` (it vends the storage properties)."""
+    target = {"catalog.type": "rest", "catalog.uri": uri}
+    credential = os.environ.get(REST_CREDENTIAL_ENV)
+    if credential:
+        target.update({"catalog.credential": credential, "catalog.oauth2-server-uri": f"{uri}/v1/oauth/tokens"})
+    return target
+
+
 def commits_for(n: int, total: int, minimum: int) -> int:
     """Commits per writer so that every N makes about ``total`` writes (at least ``minimum`` each)."""
     return max(minimum, math.ceil(total / n))
@@ -389,6 +403,7 @@ def run(
         "reps": reps,
         "rows_per_write": rows,
         "postgres": bool(pg_uri),
+        "rest": bool(os.environ.get(REST_URI_ENV)),
     }
     runs: dict[str, list[dict[str, Any]]] = {}
     with tempfile.TemporaryDirectory(prefix="fencedlake-bench-gc-", dir=workdir) as tmp:
@@ -398,6 +413,9 @@ def run(
         namespace = f"bench_{uuid.uuid4().hex[:8]}"
         if pg_uri:
             targets.append(("postgres", harness.postgres_target(pg_uri, str(Path(tmp) / "wh-pg"))))
+        rest_uri = os.environ.get(REST_URI_ENV)
+        if rest_uri:
+            targets.append(("rest", _rest_target(rest_uri)))
         t0 = time.perf_counter()
         pool = [_Worker(i, Path(tmp)) for i in range(max(ns))]
         try:

@@ -1,14 +1,16 @@
 """Fixtures that hand the real integration services to tests.
 
-The services are started by ``integration/run.sh`` (local PostgreSQL + moto S3 on
-127.0.0.1) or by ``docker/docker-compose.yml`` (PostgreSQL + MinIO); both export the
-same environment variables, read here. Without them every integration test FAILS with
-a message saying how to start the services: an integration suite that silently skips
-is indistinguishable from one that passes.
+The services are started by ``integration/run.sh`` (local PostgreSQL, moto S3, Azurite,
+fake-gcs-server and the REST test catalog on 127.0.0.1) or by ``docker/docker-compose.yml``
+(PostgreSQL, MinIO, Azurite, Lakekeeper); both export the environment variables read here.
+Without them every integration test FAILS with a message saying how to start the
+services: an integration suite that silently skips is indistinguishable from one that
+passes. (The docker target has no GCS emulator: only there do GCS tests skip.)
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import sys
@@ -53,7 +55,7 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
 
 @dataclass(frozen=True)
 class Services:
-    """Connection settings of the running services."""
+    """Connection settings of the running services (empty strings: not in this target)."""
 
     target: str
     pg_uri: str
@@ -62,6 +64,23 @@ class Services:
     aws_access_key_id: str
     aws_secret_access_key: str
     aws_region: str
+    azure_connection_string: str = ""
+    azure_container: str = ""
+    gcs_endpoint: str = ""
+    gcs_bucket: str = ""
+    rest_uri: str = ""
+    rest_credential: str = ""
+    rest_warehouse: str = ""
+
+    def require(self, *fields: str) -> None:
+        """Fail (local target) or skip (docker target) when a service this test needs is not configured."""
+        missing = [f for f in fields if not getattr(self, f)]
+        if not missing:
+            return
+        message = f"services not configured in target {self.target!r}: {', '.join(missing)}"
+        if self.target == "docker":
+            pytest.skip(message)
+        pytest.fail(message + " (run the suite through integration/run.sh)", pytrace=False)
 
 
 @pytest.fixture(scope="session")
@@ -84,6 +103,13 @@ def services() -> Services:
         aws_access_key_id=os.environ["AWS_ACCESS_KEY_ID"],
         aws_secret_access_key=os.environ["AWS_SECRET_ACCESS_KEY"],
         aws_region=os.environ["AWS_REGION"],
+        azure_connection_string=os.environ.get("FENCEDLAKE_IT_AZURE_CONNECTION_STRING", ""),
+        azure_container=os.environ.get("FENCEDLAKE_IT_AZURE_CONTAINER", ""),
+        gcs_endpoint=os.environ.get("FENCEDLAKE_IT_GCS_ENDPOINT", ""),
+        gcs_bucket=os.environ.get("FENCEDLAKE_IT_GCS_BUCKET", ""),
+        rest_uri=os.environ.get("FENCEDLAKE_IT_REST_URI", ""),
+        rest_credential=os.environ.get("FENCEDLAKE_IT_REST_CREDENTIAL", ""),
+        rest_warehouse=os.environ.get("FENCEDLAKE_IT_REST_WAREHOUSE", ""),
     )
 
 
@@ -149,16 +175,53 @@ def s3_prefix(request: pytest.FixtureRequest, s3_bucket: str) -> str:
 
 @pytest.fixture(scope="session")
 def rest_catalog_properties(services: Services) -> dict[str, str]:
-    """pyiceberg properties of the Iceberg REST catalog (Lakekeeper), docker target only.
+    """pyiceberg properties of the Iceberg REST catalog (the local test server, or Lakekeeper in docker).
 
-    The local target has no REST catalog: tests that need one are skipped there with
-    this reason, which ``-ra`` prints in the summary.
+    Only the URI and the OAuth2 client credential: the catalog vends the storage properties.
     """
-    uri = os.environ.get("FENCEDLAKE_IT_REST_URI")
-    if not uri:
-        pytest.skip("no Iceberg REST catalog in this target (docker/docker-compose.yml provides Lakekeeper)")
+    services.require("rest_uri")
+    return rest_properties(services)
+
+
+def rest_properties(services: Services) -> dict[str, str]:
+    """pyiceberg ``RestCatalog`` properties: URI, OAuth2 client credential and its token endpoint, warehouse."""
+    props = {"type": "rest", "uri": services.rest_uri}
+    if services.rest_credential:
+        props["credential"] = services.rest_credential
+        props["oauth2-server-uri"] = f"{services.rest_uri}/v1/oauth/tokens"
+    if services.rest_warehouse:
+        props["warehouse"] = services.rest_warehouse
+    return props
+
+
+@pytest.fixture(scope="session")
+def azure_properties(services: Services) -> dict[str, str]:
+    """pyiceberg FileIO properties for Azurite (``adls.*``)."""
+    services.require("azure_connection_string", "azure_container")
+    from azure.core.exceptions import ResourceExistsError
+    from azure.storage.blob import BlobServiceClient
+
+    # integration/services/azurite.sh creates the container; the docker stack's Azurite starts empty.
+    with contextlib.suppress(ResourceExistsError):
+        service = BlobServiceClient.from_connection_string(services.azure_connection_string)
+        service.create_container(services.azure_container)
+    return {"adls.connection-string": services.azure_connection_string, "adls.account-name": "devstoreaccount1"}
+
+
+@pytest.fixture(scope="session")
+def gcs_properties(services: Services) -> dict[str, str]:
+    """pyiceberg FileIO properties for the GCS emulator (``gcs.*``; it accepts any token)."""
+    services.require("gcs_endpoint", "gcs_bucket")
+    return gcs_io_properties(services)
+
+
+def gcs_io_properties(services: Services) -> dict[str, str]:
+    """``gcs.*`` properties: endpoint, project, a dummy token (so no client looks for real credentials)."""
+    import time
+
     return {
-        "type": "rest",
-        "uri": uri,
-        "warehouse": os.environ.get("FENCEDLAKE_IT_REST_WAREHOUSE", "fencedlake"),
+        "gcs.service.host": services.gcs_endpoint,
+        "gcs.project-id": "fencedlake",
+        "gcs.oauth2.token": "emulator-accepts-any-token",
+        "gcs.oauth2.token-expires-at": str(int((time.time() + 86400) * 1000)),
     }

@@ -3,9 +3,11 @@
 #
 #   integration/run.sh [pytest args...]        e.g. integration/run.sh integration/test_services.py -x
 #
-# FENCEDLAKE_IT_TARGET=local (default): bootstraps the venv, starts PostgreSQL and the S3
-#   server on 127.0.0.1 (integration/services/*.sh), exports their connection settings,
-#   runs pytest, and stops both services on any exit (success, failure or Ctrl-C).
+# FENCEDLAKE_IT_TARGET=local (default): bootstraps the venv, starts PostgreSQL, the S3
+#   server, Azurite (Azure Blob), fake-gcs-server (GCS) and the Iceberg REST test catalog on
+#   127.0.0.1 (integration/services/*.sh), exports their connection settings, runs pytest,
+#   and stops every service on any exit (success, failure or Ctrl-C). Ports: FENCEDLAKE_IT_
+#   PG_PORT (54329), S3_PORT (54330), REST_PORT (54331), AZURE_PORT (54332), GCS_PORT (54333).
 #   FENCEDLAKE_IT_KEEP_SERVICES=1 leaves them running for a faster next run.
 # FENCEDLAKE_IT_TARGET=docker: starts nothing; expects FENCEDLAKE_IT_PG_URI,
 #   FENCEDLAKE_IT_S3_ENDPOINT, FENCEDLAKE_IT_S3_BUCKET and AWS_* from the environment
@@ -47,6 +49,9 @@ local)
             log "FENCEDLAKE_IT_KEEP_SERVICES=1: leaving services running"
         else
             log "stopping services"
+            integration/services/rest.sh stop || true
+            integration/services/gcs.sh stop || true
+            integration/services/azurite.sh stop || true
             integration/services/s3.sh stop || true
             integration/services/postgres.sh stop || true
         fi
@@ -59,11 +64,24 @@ local)
     t0=$SECONDS
     integration/services/postgres.sh start
     integration/services/s3.sh start
-    log "services up in $((SECONDS - t0)) s"
-
+    integration/services/azurite.sh start
+    integration/services/gcs.sh start
     pw_enc="$("$PY" -c 'import os, urllib.parse; print(urllib.parse.quote(os.environ["FENCEDLAKE_IT_PG_PASSWORD"], safe=""))')"
     export FENCEDLAKE_IT_PG_URI="postgresql+psycopg2://$PG_USER:$pw_enc@127.0.0.1:$PG_PORT/$PG_DB"
+    integration/services/rest.sh start
+    log "services up in $((SECONDS - t0)) s"
+
     export FENCEDLAKE_IT_S3_ENDPOINT="http://127.0.0.1:$S3_PORT"
+    export FENCEDLAKE_IT_AZURE_CONNECTION_STRING="$(integration/services/azurite.sh connection-string)"
+    export FENCEDLAKE_IT_AZURE_CONTAINER="${FENCEDLAKE_IT_AZURE_CONTAINER:-fencedlake}"
+    export FENCEDLAKE_IT_GCS_ENDPOINT="http://127.0.0.1:${FENCEDLAKE_IT_GCS_PORT:-54333}"
+    export FENCEDLAKE_IT_GCS_BUCKET="${FENCEDLAKE_IT_GCS_BUCKET:-fencedlake}"
+    export FENCEDLAKE_IT_REST_URI="http://127.0.0.1:${FENCEDLAKE_IT_REST_PORT:-54331}"
+    # Test-only OAuth2 client of the REST test server (rest.sh uses the same defaults).
+    export FENCEDLAKE_IT_REST_CREDENTIAL="${FENCEDLAKE_IT_REST_CLIENT_ID:-fencedlake}:${FENCEDLAKE_IT_REST_CLIENT_SECRET:-fencedlake-it-only}"
+    # Google clients must never look for a GCE metadata server (a link-local address): the GCS
+    # emulator takes any token, and these keep google-auth and gcsfs on loopback.
+    export NO_GCE_CHECK=true GCE_METADATA_HOST=127.0.0.1:9 GCE_METADATA_IP=127.0.0.1:9
     export FENCEDLAKE_IT_S3_BUCKET="${FENCEDLAKE_IT_S3_BUCKET:-fencedlake}"
     # moto accepts any credentials; these are dummies, not secrets.
     export AWS_ACCESS_KEY_ID="${AWS_ACCESS_KEY_ID:-testing}"

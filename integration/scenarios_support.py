@@ -58,7 +58,7 @@ __all__ = [
     "process_state",
     "result_record",
     "rows",
-    "s3_exists",
+    "store_exists",
     "table_ids",
     "violations",
     "wait_for",
@@ -382,29 +382,41 @@ def table_ids(options: Mapping[str, str]) -> list[int]:
     return sorted(table.scan().to_arrow().column("id").to_pylist())
 
 
-def s3_exists(options: Mapping[str, str]) -> Callable[[str], bool]:
-    """``exists(path)`` asking S3 itself each time.
+def _filesystem(options: Mapping[str, str]) -> tuple[Any, str]:
+    """(the fsspec file system ``gc`` uses for the table's location, that location as it names it)."""
+    from pyspark_fenced_sink.iceberg.catalogs import io_properties
+    from pyspark_fenced_sink.store.registry import open_filesystem
 
-    The sink's s3fs instance is shared within a process and keeps directory listings
-    (``find`` fills its cache); ``exists`` answers from a cached listing of the parent, so
-    a file written after a listing would look missing -- and a deleted one present.
+    ctx = context(options)
+    table = ctx.port.table(ctx.port.load())
+    return open_filesystem(table.metadata.location, io_properties(table))
+
+
+def store_exists(options: Mapping[str, str]) -> Callable[[str], bool]:
+    """``exists(path)`` asking the object store itself each time (S3, Azure, GCS: the table's own).
+
+    The file systems are shared within a process and keep directory listings (``find``
+    fills their caches); ``exists`` could answer from a cached listing of the parent, so a
+    file written after a listing would look missing -- and a deleted one present.
     """
-    fs = context(options).wal.store.fs
+    from pyspark_fenced_sink.store.registry import filesystem_path
+
+    fs, _ = _filesystem(options)
 
     def exists(path: str) -> bool:
         fs.invalidate_cache()
-        return bool(fs.exists(path))
+        return bool(fs.exists(filesystem_path(path)))
 
     return exists
 
 
 def violations(options: Mapping[str, str], *, truncated: bool = False) -> list[str]:
-    """``pyspark_fenced_sink.testing.invariants.check_table`` on the table and its WAL on S3."""
+    """``pyspark_fenced_sink.testing.invariants.check_table`` on the table and its WAL."""
     from pyspark_fenced_sink.testing.invariants import check_table
 
     ctx = context(options)
     table = ctx.port.table(ctx.port.load())
-    return check_table(table, ctx.wal, s3_exists(options), truncated=truncated)
+    return check_table(table, ctx.wal, store_exists(options), truncated=truncated)
 
 
 def outcomes_by_seq(options: Mapping[str, str]) -> dict[int, tuple[Any, str | None]]:
@@ -427,7 +439,9 @@ def outcomes_by_seq(options: Mapping[str, str]) -> dict[int, tuple[Any, str | No
 
 
 def data_files(options: Mapping[str, str]) -> tuple[set[str], set[str]]:
-    """(live data files of the current snapshot, every object under the table's ``data/``), ``s3://`` paths."""
+    """(live data files of the current snapshot, every object under the table's ``data/``), as the store names them."""
+    from pyspark_fenced_sink.store.registry import filesystem_path
+
     ctx = context(options)
     table = ctx.port.table(ctx.port.load())
     snapshot = table.current_snapshot()
@@ -435,12 +449,12 @@ def data_files(options: Mapping[str, str]) -> tuple[set[str], set[str]]:
     if snapshot is not None:
         for manifest in snapshot.manifests(table.io):
             for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
-                live.add(entry.data_file.file_path)
-    root = table.metadata.location.split("://", 1)[1].rstrip("/") + "/data"
-    fs = ctx.wal.store.fs
+                live.add(filesystem_path(entry.data_file.file_path))
+    fs, location = _filesystem(options)
+    root = location.rstrip("/") + "/data"
     fs.invalidate_cache()
-    # Keys ending in "/" are directory markers some S3 clients create, not files.
-    listed = {f"s3://{p}" for p in fs.find(root) if not p.endswith("/")} if fs.exists(root) else set()
+    # Keys ending in "/" are directory markers some clients create, not files.
+    listed = {p for p in fs.find(root) if not p.endswith("/")} if fs.exists(root) else set()
     return live, listed
 
 

@@ -1,4 +1,9 @@
-"""Issue 5's field scenarios on the real services: PostgreSQL SqlCatalog, warehouse and WAL on S3.
+"""Issue 5's field scenarios on the real services, on each catalog x store target (integration/targets.py).
+
+The home target is the PostgreSQL SqlCatalog with warehouse and WAL on S3; the field report,
+kill -9 matrix, zombie and lagging-writer scenarios also run on the Iceberg REST catalog, on
+Azure Blob (Azurite) and on GCS (fake-gcs-server) -- a CI-sized selection, every scenario on
+every target with ``FENCEDLAKE_IT_FULL=1``. REST catalog faults are in integration/test_rest.py.
 
 Every scenario checks the table EXACTLY -- the sorted id list with multiplicity,
 so one lost or one duplicated row fails it -- plus ``check_table`` (I1-I7 on
@@ -64,11 +69,12 @@ from integration.scenarios_support import (
     process_state,
     result_record,
     rows,
-    s3_exists,
+    store_exists,
     table_ids,
     violations,
     wait_for,
 )
+from integration.targets import FULL, target_options, targets_for
 from pyspark_fenced_sink.ops.gc import gc, truncate_wal
 from pyspark_fenced_sink.spark.driver import commit_files, plan_write
 from pyspark_fenced_sink.testing.harness import DURABLE_AT, SCHEMA, write_tasks
@@ -78,21 +84,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.multiprocess]
 
 SEED = [-1]
 APP_BASE = 100_000  # lane ``a`` writes ids from a * APP_BASE
-
-
-def _options(services: Services, prefix: str) -> dict[str, str]:
-    """Sink options of a fresh table in the PostgreSQL catalog, warehouse (and WAL) on S3."""
-    return {
-        "table": f"sc_{uuid.uuid4().hex[:12]}.events",
-        "catalog.type": "sql",
-        "catalog.uri": services.pg_uri,
-        "catalog.warehouse": f"s3://{prefix}/warehouse",
-        "catalog.s3.endpoint": services.s3_endpoint,
-        "catalog.s3.access-key-id": services.aws_access_key_id,
-        "catalog.s3.secret-access-key": services.aws_secret_access_key,
-        "catalog.s3.region": services.aws_region,
-        "catalog.s3.path-style-access": "true",
-    }
 
 
 def _seed(options: dict[str, str]) -> None:
@@ -152,17 +143,25 @@ def _stop_marker_wait(lane: Lane, marker: Path, timeout: float = 120) -> None:
 # ------------------------------------------------------------------ 1. the field report
 
 
+def _field_report_cases() -> list[Any]:
+    """4x4 (two writes each) and 4x1 on pg-s3; 4x4 with one write each on the other targets (CI size)."""
+    cases = []
+    for target in targets_for("field-report"):
+        full = target == "pg-s3" or FULL
+        cases.append(pytest.param(target, 4, 4, 2 if full else 1, id=f"{target}-4-apps-x-4-writers"))
+        if full:
+            cases.append(pytest.param(target, 4, 1, 3, id=f"{target}-4-apps-x-1-writer"))
+    return cases
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize(
-    ("apps", "writers", "writes"),
-    [pytest.param(4, 4, 2, id="4-apps-x-4-writers"), pytest.param(4, 1, 3, id="4-apps-x-1-writer")],
-)
+@pytest.mark.parametrize(("target", "apps", "writers", "writes"), _field_report_cases())
 def test_field_report_apps_times_writers_all_commit_and_no_conflict_surfaces(
-    services: Services, s3_prefix: str, tmp_path: Path, apps: int, writers: int, writes: int
+    services: Services, tmp_path: Path, target: str, apps: int, writers: int, writes: int
 ) -> None:
     """A apps x W writers per app on one table at once: every write succeeds, every row lands exactly once."""
     t0 = time.monotonic()
-    options = _options(services, s3_prefix)
+    options = target_options(services, target)
     _seed(options)
     start = tmp_path / "go"
     lanes = [
@@ -191,7 +190,7 @@ def test_field_report_apps_times_writers_all_commit_and_no_conflict_surfaces(
     # Every write was decided by exactly one commit, its own or a peer's; group commit shares them.
     assert catalog_commits + sum(r["by_peer"] for r in records) >= len(records)
     assert 1 <= catalog_commits <= len(records)
-    REPORT.record(f"1-field-report-{apps}x{writers}", records, seconds=time.monotonic() - t0)
+    REPORT.record(f"1-field-report-{apps}x{writers}-{target}", records, seconds=time.monotonic() - t0)
 
 
 # ------------------------------------------------------------------ 2. kill -9 at every fail point
@@ -214,10 +213,32 @@ def test_kill_matrix_covers_every_named_fail_point() -> None:
     assert set(WRITE_POINTS) | set(GC_POINTS) | {"stream.after-register"} == POINTS
 
 
+#: The CI-sized kill matrix on targets other than pg-s3: a point before the WAL put (orphans for gc),
+#: one after it, one after the manifests were written; and gc before it deletes.
+CI_WRITE_POINTS = ("commit.before-wal-put", "commit.after-wal-put", "commit.after-manifests-written")
+CI_GC_POINTS = ("gc.before-delete",)
+
+
+def _points(target: str) -> tuple[list[str], list[str]]:
+    """(write fail points, gc fail points) the matrix kills at on ``target``."""
+    if target == "pg-s3" or FULL:
+        return list(WRITE_POINTS), list(GC_POINTS)
+    return list(CI_WRITE_POINTS), list(CI_GC_POINTS)
+
+
+def _in_profile(target: str, point: str) -> None:
+    """Skip a (target, point) pair outside the CI profile (pytest groups the matrix by target only when the
+    target is parametrized on its own, so the pairs are a product and the profile is applied here)."""
+    writes, gcs = _points(target)
+    if point not in writes and point not in gcs:
+        pytest.skip(f"CI profile: {target} kills at {writes + gcs} only (FENCEDLAKE_IT_FULL=1 runs every point)")
+
+
 @dataclass
 class KillMatrix:
     """One table shared by the whole matrix; one pre-started victim process per fail point."""
 
+    target: str
     options: dict[str, str]
     victims: dict[str, Lane]
     start_dir: Path
@@ -228,16 +249,21 @@ class KillMatrix:
 
 
 @pytest.fixture(scope="module")
-def kill_matrix(services: Services, tmp_path_factory: pytest.TempPathFactory) -> Iterator[KillMatrix]:
-    """Victims for every point start together (imports in parallel), each waits for its own release."""
-    root = tmp_path_factory.mktemp("kill-matrix")
-    options = _options(services, f"{services.s3_bucket}/it/kill-matrix-{uuid.uuid4().hex[:12]}")
+def kill_matrix(
+    services: Services, tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[KillMatrix]:
+    """Victims for every point of the target (``request.param``) start together, each waits for its release."""
+    target = request.param
+    root = tmp_path_factory.mktemp(f"kill-matrix-{target}")
+    options = target_options(services, target, f"kill-matrix-{uuid.uuid4().hex[:12]}")
     _seed(options)
     start_dir, marker_dir = root / "start", root / "markers"
     start_dir.mkdir()
     marker_dir.mkdir()
     victims = {}
-    for i, point in enumerate([*WRITE_POINTS, *GC_POINTS]):
+    writes, gcs = _points(target)
+    for point in [*writes, *gcs]:
+        i = [*WRITE_POINTS, *GC_POINTS].index(point)
         env = {"FENCEDLAKE_FAILPOINTS": f"{point}=pause", "FENCEDLAKE_FAILPOINT_DIR": str(marker_dir)}
         start = str(start_dir / point)
         if point in GC_POINTS:
@@ -245,7 +271,7 @@ def kill_matrix(services: Services, tmp_path_factory: pytest.TempPathFactory) ->
         else:
             spec = _lane_spec(options, f"victim{i}", base=10_000 * (i + 1), first_batch=VICTIM_BATCH, start_file=start)
             victims[point] = Lane("lane", spec, env=env)
-    matrix = KillMatrix(options, victims, start_dir, marker_dir)
+    matrix = KillMatrix(target, options, victims, start_dir, marker_dir)
     yield matrix
     for lane in victims.values():
         lane.kill()
@@ -264,12 +290,14 @@ def _kill_at(matrix: KillMatrix, point: str) -> Lane:
 
 
 @pytest.mark.parametrize(("point", "durable"), list(WRITE_POINTS.items()), ids=list(WRITE_POINTS))
+@pytest.mark.parametrize("kill_matrix", targets_for("kill-9"), indirect=True)
 def test_kill9_at_fail_point_then_next_writer_and_restart_finish_it_exactly_once(
     kill_matrix: KillMatrix, point: str, durable: bool
 ) -> None:
     """SIGKILL at ``point``: a peer's write lands the victim's entry iff it was durable; the restarted
     victim (same writer.id and batch id) is then a duplicate iff it was durable, else applied."""
     m = kill_matrix
+    _in_profile(m.target, point)
     i = list(WRITE_POINTS).index(point)
     _kill_at(m, point)
     victim_ids = ids_of(10_000 * (i + 1), 20)
@@ -289,13 +317,15 @@ def test_kill9_at_fail_point_then_next_writer_and_restart_finish_it_exactly_once
         m.expected += victim_ids
     _assert_exact(m.options, m.expected)
     m.records += [peer, rerun]
-    REPORT.record("2-kill-9-matrix", m.records, seconds=time.monotonic() - m.t0)
+    REPORT.record(f"2-kill-9-matrix-{m.target}", m.records, seconds=time.monotonic() - m.t0)
 
 
 @pytest.mark.parametrize("point", GC_POINTS)
+@pytest.mark.parametrize("kill_matrix", targets_for("kill-9"), indirect=True)
 def test_kill9_of_gc_at_fail_point_then_next_gc_finishes_it(kill_matrix: KillMatrix, point: str) -> None:
     """``gc`` SIGKILLed at ``point``: the next ``gc`` finishes (no orphan left), writes go on, the table is exact."""
     m = kill_matrix
+    _in_profile(m.target, point)
     live, listed = data_files(m.options)
     if point == "gc.before-delete":
         assert listed - live, "no orphan files for gc to delete: the kill would prove nothing"
@@ -312,20 +342,28 @@ def test_kill9_of_gc_at_fail_point_then_next_gc_finishes_it(kill_matrix: KillMat
     m.expected += ids_of(2_000_000 + k * 100, 10)
     _assert_exact(m.options, m.expected, truncated=True)
     m.records.append(peer)
-    REPORT.record("2-kill-9-matrix", m.records, seconds=time.monotonic() - m.t0)
+    REPORT.record(f"2-kill-9-matrix-{m.target}", m.records, seconds=time.monotonic() - m.t0)
 
 
 # ------------------------------------------------------------------ 3. the SIGSTOPped zombie
 
 
-@pytest.mark.parametrize("reopened", ["opened", "committed"])
+def _zombie_cases() -> list[Any]:
+    return [
+        pytest.param(target, reopened, id=f"{target}-{reopened}")
+        for target in targets_for("zombie")
+        for reopened in (["opened", "committed"] if target == "pg-s3" or FULL else ["committed"])
+    ]
+
+
+@pytest.mark.parametrize(("target", "reopened"), _zombie_cases())
 def test_sigstopped_zombie_resumed_after_reopen_elsewhere_is_fenced_and_lands_nothing(
-    services: Services, s3_prefix: str, tmp_path: Path, reopened: str
+    services: Services, tmp_path: Path, target: str, reopened: str
 ) -> None:
     """A writer frozen (SIGSTOP) just before its WAL put resumes after its writer.id reopened in another
     process (barrier only, or barrier and a commit): FencedWriterError, nothing of it lands, its files are removed."""
     t0 = time.monotonic()
-    options = _options(services, s3_prefix)
+    options = target_options(services, target)
     _seed(options)
     zombie = Lane(
         "lane",
@@ -362,8 +400,8 @@ def test_sigstopped_zombie_resumed_after_reopen_elsewhere_is_fenced_and_lands_no
     fenced = zombie.records[1]
     assert not fenced["ok"] and fenced["error"] == "FencedWriterError" and fenced["stage"] == "wal", fenced
     assert mine[0]["outcome"] == "APPLIED", mine
-    exists = s3_exists(options)
-    assert fenced["files"] and not any(exists(p) for p in fenced["files"]), "the zombie's files were left on S3"
+    exists = store_exists(options)
+    assert fenced["files"] and not any(exists(p) for p in fenced["files"]), "the zombie's files were left behind"
     # The zombie's entry may still be pending (decided FENCED at an unchanged version needs no commit of
     # its own, PROTOCOL.md section 6): the next commit records it, and applies nothing of it.
     assert pending_after_recover(context(options)) == []
@@ -374,7 +412,7 @@ def test_sigstopped_zombie_resumed_after_reopen_elsewhere_is_fenced_and_lands_no
         if entry.writer == "orders-t0" and entry.kind.value == "data" and entry.batch == 1
     )
     assert codes == ["A", "F"], codes  # the new incarnation's entry applied, the zombie's fenced
-    REPORT.record(f"3-zombie-sigstop-{reopened}", zombie.records + mine, seconds=time.monotonic() - t0)
+    REPORT.record(f"3-zombie-sigstop-{reopened}-{target}", zombie.records + mine, seconds=time.monotonic() - t0)
 
 
 # ------------------------------------------------------------------ 4. object-store faults
@@ -382,13 +420,13 @@ def test_sigstopped_zombie_resumed_after_reopen_elsewhere_is_fenced_and_lands_no
 
 @pytest.mark.slow
 def test_s3_faults_between_client_and_server_lose_nothing_duplicate_nothing_fence_nothing(
-    services: Services, s3_prefix: str, tmp_path: Path
+    services: Services, tmp_path: Path
 ) -> None:
     """Through a faulty S3 proxy -- PUT applied then response dropped / 500 / timed out, 500s, slow
     responses -- 3 apps x 2 writers commit every row once, no false fence, every WAL put resolved by token."""
     apps, threads, writes, count = 3, 2, 3, 25
     t0 = time.monotonic()
-    direct = _options(services, s3_prefix)
+    direct = target_options(services, "pg-s3")
     _seed(direct)
     with S3FaultProxy(services.s3_endpoint, FaultPolicy(), hold_s=3.0) as proxy:
         options = {**direct, "catalog.s3.endpoint": proxy.endpoint}
@@ -456,7 +494,7 @@ def _dispose_cached_catalogs() -> None:
 
 @pytest.mark.parametrize("mode", [LOSE_RESPONSE, LOSE_REQUEST, "commit-state-unknown"])
 def test_unknown_catalog_commit_outcome_is_resolved_by_lookup_never_retried_blindly(
-    services: Services, s3_prefix: str, monkeypatch: pytest.MonkeyPatch, mode: str
+    services: Services, monkeypatch: pytest.MonkeyPatch, mode: str
 ) -> None:
     """The catalog commit's outcome is lost (PostgreSQL applied it / never got it / pyiceberg says
     CommitStateUnknown): the writer re-reads, finds what happened, and its rows land exactly once."""
@@ -465,7 +503,7 @@ def test_unknown_catalog_commit_outcome_is_resolved_by_lookup_never_retried_blin
     t0 = time.monotonic()
     url = make_url(services.pg_uri)
     with PgCommitLossProxy(url.host or "127.0.0.1", url.port or 5432) as proxy:
-        direct = _options(services, s3_prefix)
+        direct = target_options(services, "pg-s3")
         proxied = url.set(host="127.0.0.1", port=proxy.port).render_as_string(hide_password=False)
         options = {**direct, "catalog.uri": proxied}
         _seed(options)
@@ -505,16 +543,14 @@ def test_unknown_catalog_commit_outcome_is_resolved_by_lookup_never_retried_blin
     REPORT.record(f"5-catalog-unknown-{mode}", [first, after], seconds=time.monotonic() - t0)
 
 
-def test_postgres_restart_mid_run_loses_and_duplicates_nothing(
-    services: Services, s3_prefix: str, tmp_path: Path
-) -> None:
+def test_postgres_restart_mid_run_loses_and_duplicates_nothing(services: Services, tmp_path: Path) -> None:
     """PostgreSQL stopped and started while 2 apps x 2 writers commit: a write fails only before anything is
     durable or as "outcome unknown"; retried batches (same writer.id and batch id) land exactly once."""
     if services.target != "local":
         pytest.skip("restarting PostgreSQL needs the local target's integration/services/postgres.sh")
     apps, threads, writes, count = 2, 2, 5, 20
     t0 = time.monotonic()
-    options = _options(services, s3_prefix)
+    options = target_options(services, "pg-s3")
     _seed(options)
     start = tmp_path / "go"
     lanes = [
@@ -581,16 +617,23 @@ def test_postgres_restart_mid_run_loses_and_duplicates_nothing(
 # ------------------------------------------------------------------ 6. the lagging writer
 
 
-@pytest.mark.parametrize(
-    "point", ["commit.after-wal-put", "commit.before-catalog-commit", "commit.after-manifests-written"]
-)
+def _lagging_cases() -> list[Any]:
+    points = ["commit.after-wal-put", "commit.before-catalog-commit", "commit.after-manifests-written"]
+    return [
+        pytest.param(target, point, id=f"{target}-{point}")
+        for target in targets_for("lagging")
+        for point in (points if target == "pg-s3" or FULL else points[-1:])
+    ]
+
+
+@pytest.mark.parametrize(("target", "point"), _lagging_cases())
 def test_lagging_writer_whose_entry_a_peer_committed_long_ago_converges_and_reports_success(
-    services: Services, s3_prefix: str, tmp_path: Path, point: str
+    services: Services, tmp_path: Path, target: str, point: str
 ) -> None:
     """A writer frozen at ``point`` with its entry durable; a peer applies it, five more commits follow;
     resumed, the writer finds its outcome in the peer's commit record and reports success."""
     t0 = time.monotonic()
-    options = _options(services, s3_prefix)
+    options = target_options(services, target)
     _seed(options)
     lag = Lane("lane", _lane_spec(options, "lag", rows=25, base=1000, stop_at=point, marker_dir=str(tmp_path)))
     peers = []
@@ -609,16 +652,17 @@ def test_lagging_writer_whose_entry_a_peer_committed_long_ago_converges_and_repo
     assert mine["ok"] and mine["outcome"] == "APPLIED", mine
     assert mine["by_peer"] and mine["catalog_commits"] == 0, mine
     _assert_exact(options, SEED + ids_of(1000, 25) + [i for k in range(6) for i in ids_of(5000 + k * 10, 10)])
-    REPORT.record(f"6-lagging-{point}", [*peers, mine], seconds=time.monotonic() - t0)
+    REPORT.record(f"6-lagging-{point}-{target}", [*peers, mine], seconds=time.monotonic() - t0)
 
 
+@pytest.mark.parametrize("target", targets_for("lagging"))
 def test_lagging_writer_with_a_stale_upper_appends_after_the_kept_tail_and_lands_once(
-    services: Services, s3_prefix: str, tmp_path: Path
+    services: Services, tmp_path: Path, target: str
 ) -> None:
     """A writer frozen before its WAL put with a stale upper; peers commit and gc truncates the WAL; resumed, its
     LIST from the stale upper finds the object gc keeps at upper - 1, so it appends after the tail and lands once."""
     t0 = time.monotonic()
-    options = _options(services, s3_prefix)
+    options = target_options(services, target)
     _seed(options)
     stale_upper = context(options).port.load().state.upper
     lag = Lane(
@@ -647,4 +691,4 @@ def test_lagging_writer_with_a_stale_upper_appends_after_the_kept_tail_and_lands
     _assert_exact(
         options, SEED + ids_of(1000, 25) + [i for k in range(4) for i in ids_of(5000 + k * 10, 10)], truncated=True
     )
-    REPORT.record("6-lagging-truncated-position", [*peers, mine], seconds=time.monotonic() - t0)
+    REPORT.record(f"6-lagging-truncated-position-{target}", [*peers, mine], seconds=time.monotonic() - t0)

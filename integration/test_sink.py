@@ -279,3 +279,38 @@ def test_gc_on_postgres_keeps_tagged_snapshots(sink_options: dict[str, str], s3f
     kept = {s.snapshot_id for s in _table(sink_options).metadata.snapshots}
     assert oldest in kept and len(kept) == 2
     assert _ids(sink_options) == [0, 1, 2]  # (the checker assumes no expiry: the table is checked by its rows)
+
+
+@pytest.mark.spark
+def test_spark_write_to_abfs_lands_exactly_once_and_reads_back(
+    spark: Any, pg_uri: str, azure_properties: dict[str, str], services: Any
+) -> None:
+    """df.write.format("fencedlake") to a SQL catalog whose warehouse is on Azure Blob (Azurite, abfss://):
+    a retried batch id adds nothing, the rows read back once, data files and the WAL live on Azure."""
+    from pyspark_fenced_sink.store.registry import filesystem_path, open_filesystem
+
+    container = services.azure_container
+    options = {
+        "table": f"az_{uuid.uuid4().hex[:12]}.events",
+        "catalog.type": "sql",
+        "catalog.uri": pg_uri,
+        "catalog.warehouse": f"abfss://{container}@devstoreaccount1.dfs.core.windows.net/it/{uuid.uuid4().hex[:12]}",
+        **{f"catalog.{k}": v for k, v in azure_properties.items()},
+    }
+    df = spark.range(0, 300, 1, numPartitions=2).selectExpr("id", "concat('az-', id % 3) AS writer")
+    for _ in range(2):  # the second run is a retried job: same writer.id and batch id
+        df.write.format("fencedlake").mode("append").options(
+            **options, **{"writer.id": "az-job", "writer.batch-id": "1"}
+        ).save()
+
+    table = _table(options)
+    assert table.metadata.location.startswith("abfss://"), table.metadata.location
+    assert _ids(options) == list(range(300))
+    fs, _ = open_filesystem(table.metadata.location, table.io.properties)
+    data = table.inspect.files().column("file_path").to_pylist()
+    assert data and all(fs.exists(filesystem_path(p)) for p in data), data
+    state = CommittedState.decode(table.properties[STATE_PROPERTY])
+    assert fs.ls(filesystem_path(f"{state.root}/wal")), "no WAL objects on Azure"
+    from integration.scenarios_support import violations
+
+    assert violations(options) == []

@@ -28,6 +28,7 @@ __all__ = [
     "ReadOptions",
     "SinkOptions",
     "catalog_config",
+    "mask_secrets",
     "parse_options",
     "parse_read_options",
     "redact",
@@ -106,8 +107,10 @@ _ANY = -(2**63)  # snapshot ids are any long
 _READ_KNOWN = frozenset({TABLE, CATALOG, WAREHOUSE, START_SNAPSHOT_ID, SPLIT_SIZE, FILE_OPEN_COST})
 #: Letters, digits, ``_ . -``; 1 to 128 characters; not starting with ``.`` or ``-``.
 WRITER_ID_PATTERN = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
-_SECRET = re.compile(r"secret|password|passwd|token|credential|key|auth|sas", re.IGNORECASE)
+_SECRET = re.compile(r"secret|password|passwd|token|credential|key|auth|sas|connection-string", re.IGNORECASE)
 _URI_PASSWORD = re.compile(r"(://[^:/@]*:)([^@]+)(@)")  # the user may be empty: redis://:pw@host
+#: Secrets inside values: an Azure connection string's key or SAS, a SAS URL's signature.
+_VALUE_SECRET = re.compile(r"((?:AccountKey|SharedAccessSignature|sig)=)([^;&\s]+)", re.IGNORECASE)
 _IDENT = re.compile(r"^[A-Za-z0-9_$-]+$")
 #: Branch names: like writer ids; names starting with ``fencedlake`` are fencedlake's own refs.
 _BRANCH = WRITER_ID_PATTERN
@@ -117,7 +120,12 @@ _RESERVED_SUMMARY_PREFIXES = ("fencedlake.", "partitions.")
 
 def redact(properties: Mapping[str, str]) -> dict[str, str]:
     """A copy safe to log: secret-looking values masked, passwords removed from URIs."""
-    return {k: "****" if _SECRET.search(k) else _URI_PASSWORD.sub(r"\1****\3", str(v)) for k, v in properties.items()}
+    return {k: "****" if _SECRET.search(k) else mask_secrets(str(v)) for k, v in properties.items()}
+
+
+def mask_secrets(text: str) -> str:
+    """``text`` with passwords in URIs, Azure account keys and SAS signatures masked (for messages)."""
+    return _VALUE_SECRET.sub(r"\1****", _URI_PASSWORD.sub(r"\1****\3", text))
 
 
 def validate_writer_id(writer_id: str) -> str:

@@ -31,7 +31,15 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import replace
 from typing import Any
 
-from pyiceberg.exceptions import CommitFailedException, CommitStateUnknownException, NoSuchTableError
+from pyiceberg.exceptions import (
+    AuthorizationExpiredError,
+    CommitFailedException,
+    CommitStateUnknownException,
+    NoSuchTableError,
+    ServerError,
+    ServiceUnavailableError,
+    TooManyRequestsError,
+)
 from pyiceberg.manifest import DataFile
 from pyiceberg.table import Table, Transaction
 from pyiceberg.table.metadata import TableMetadata
@@ -75,6 +83,11 @@ try:
     _UNKNOWN_ERRORS += (RequestException,)
 except ImportError:  # pragma: no cover
     pass
+# A REST catalog answers 409 (CommitFailedException: a conflict) or 500/502/504 (CommitStateUnknownException)
+# to a commit; pyiceberg maps 503 to ServiceUnavailableError, other 5xx to ServerError, 419 (an expired token)
+# and 429 (throttled) to their own errors. The Iceberg REST spec says a commit's 5xx leaves its state unknown,
+# and for a 419 or 429 re-reading is as safe: each of these is an unknown outcome, never a plain failure.
+_UNKNOWN_ERRORS += (ServerError, ServiceUnavailableError, AuthorizationExpiredError, TooManyRequestsError)
 
 
 class _LeanTransaction(Transaction):

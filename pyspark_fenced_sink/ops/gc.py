@@ -34,7 +34,7 @@ from pyspark_fenced_sink.protocol.fencing import new_token, put_barrier
 from pyspark_fenced_sink.protocol.filetag import FileTag, table_tag
 from pyspark_fenced_sink.protocol.state import CommittedState, decode_record
 from pyspark_fenced_sink.protocol.wal import EntryKind, WalEntry, encoded_path
-from pyspark_fenced_sink.store.registry import open_filesystem
+from pyspark_fenced_sink.store.registry import filesystem_path, open_filesystem
 
 __all__ = ["GcReport", "collectable", "expire_writes", "gc", "truncate_wal"]
 
@@ -242,4 +242,4 @@ def _files(ctx: CommitContext, seq: int) -> Iterable[Mapping[str, Any]]:
 
 
 def _bare(path: str) -> str:
-    return path.split("://", 1)[-1]
+    return filesystem_path(path)

@@ -79,7 +79,7 @@ class LocalStore:
         self._path(key).unlink(missing_ok=True)
 
 
-def local_filesystem(io_properties: Any = None) -> Any:
+def local_filesystem(location: str = "", io_properties: Any = None) -> Any:
     """The fsspec file system for local paths (``gc``'s data-file listing)."""
     from fsspec.implementations.local import LocalFileSystem
 

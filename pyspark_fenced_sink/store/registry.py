@@ -1,9 +1,11 @@
 """The one table from URI scheme to object store (PROTOCOL.md §2; driver and CLI).
 
 Every caller that needs storage for a location — the WAL's control store and
-``gc``'s data-file listing — resolves it here, so a scheme is supported
-everywhere or nowhere: adding one is one row in :data:`SCHEMES`. A location
-without a scheme is a local path.
+``gc``'s data-file listing and its comparison of listed paths with the paths
+snapshots reference — resolves it here, so a scheme is supported everywhere or
+nowhere: adding one is one row in :data:`SCHEMES`. A location without a scheme
+is a local path. Azure and GCS modules import their SDKs only when used (the
+``azure`` and ``gcs`` extras).
 """
 
 from __future__ import annotations
@@ -17,7 +19,11 @@ from pyspark_fenced_sink.store.base import ObjectStore
 from pyspark_fenced_sink.store.local import LocalStore, local_filesystem
 from pyspark_fenced_sink.store.s3 import S3Store, s3_filesystem
 
-__all__ = ["SCHEMES", "Scheme", "open_filesystem", "open_store", "scheme_of"]
+__all__ = ["SCHEMES", "Scheme", "filesystem_path", "open_filesystem", "open_store", "scheme_of"]
+
+
+def _strip_scheme(uri: str) -> str:
+    return uri.split("://", 1)[1] if "://" in uri else uri
 
 
 @dataclass(frozen=True)
@@ -26,11 +32,13 @@ class Scheme:
 
     Attributes:
         store: ``(root URI, FileIO properties) -> ObjectStore`` for control objects under ``root``.
-        filesystem: ``FileIO properties -> fsspec file system`` for listing and deleting data files.
+        filesystem: ``(location, FileIO properties) -> fsspec file system`` for listing and deleting data files.
+        path: ``URI -> the path that file system uses`` (``bucket/key``; Azure: ``container/path``).
     """
 
     store: Callable[[str, Mapping[str, str]], ObjectStore]
-    filesystem: Callable[[Mapping[str, str]], Any]
+    filesystem: Callable[[str, Mapping[str, str]], Any]
+    path: Callable[[str], str] = _strip_scheme
 
 
 def _local(root: str, io_properties: Mapping[str, str]) -> ObjectStore:
@@ -41,14 +49,57 @@ def _s3(root: str, io_properties: Mapping[str, str]) -> ObjectStore:
     return S3Store(root, s3_filesystem(io_properties))
 
 
-_S3 = Scheme(store=_s3, filesystem=s3_filesystem)
+def _s3_fs(location: str, io_properties: Mapping[str, str]) -> Any:
+    return s3_filesystem(io_properties)
 
-#: URI scheme -> storage. FileIO properties are the table's (``s3.*``, ...), never logged.
+
+def _azure(root: str, io_properties: Mapping[str, str]) -> ObjectStore:
+    from pyspark_fenced_sink.store.azure import open_azure_store
+
+    return open_azure_store(root, io_properties)
+
+
+def _azure_fs(location: str, io_properties: Mapping[str, str]) -> Any:
+    from pyspark_fenced_sink.store.azure import azure_filesystem
+
+    return azure_filesystem(location, io_properties)
+
+
+def _azure_path(uri: str) -> str:
+    from pyspark_fenced_sink.store.azure import azure_location
+
+    return azure_location(uri).fs_path
+
+
+def _gcs(root: str, io_properties: Mapping[str, str]) -> ObjectStore:
+    from pyspark_fenced_sink.store.gcs import open_gcs_store
+
+    return open_gcs_store(root, io_properties)
+
+
+def _gcs_fs(location: str, io_properties: Mapping[str, str]) -> Any:
+    from pyspark_fenced_sink.store.gcs import gcs_filesystem
+
+    return gcs_filesystem(location, io_properties)
+
+
+_S3 = Scheme(store=_s3, filesystem=_s3_fs)
+_AZURE = Scheme(store=_azure, filesystem=_azure_fs, path=_azure_path)
+_GCS = Scheme(store=_gcs, filesystem=_gcs_fs)
+
+#: URI scheme -> storage. FileIO properties are the table's (``s3.*``, ``adls.*``, ``gcs.*``), never logged.
 SCHEMES: dict[str, Scheme] = {
     "file": Scheme(store=_local, filesystem=local_filesystem),
     "s3": _S3,
     "s3a": _S3,
     "s3n": _S3,
+    "abfs": _AZURE,
+    "abfss": _AZURE,
+    "wasb": _AZURE,
+    "wasbs": _AZURE,
+    "az": _AZURE,
+    "gs": _GCS,
+    "gcs": _GCS,
 }
 
 
@@ -74,6 +125,11 @@ def open_store(root: str, io_properties: Mapping[str, str]) -> ObjectStore:
 
 
 def open_filesystem(location: str, io_properties: Mapping[str, str]) -> tuple[Any, str]:
-    """(fsspec file system, ``location`` without its scheme) for listing and deleting data files."""
-    fs = _scheme(location).filesystem(io_properties)
-    return fs, location.split("://", 1)[1] if "://" in location else location
+    """(fsspec file system, :func:`filesystem_path` of ``location``) for listing and deleting data files."""
+    scheme = _scheme(location)
+    return scheme.filesystem(location, io_properties), scheme.path(location)
+
+
+def filesystem_path(uri: str) -> str:
+    """``uri`` as its file system lists it: how ``gc`` compares a listing with referenced paths."""
+    return _scheme(uri).path(uri)

@@ -477,7 +477,7 @@ def test_the_wal_and_gc_listing_resolve_a_scheme_through_one_table(
         seen.append(root)
         return MemoryStore()
 
-    monkeypatch.setitem(SCHEMES, "mem9", Scheme(store=store, filesystem=lambda props: LocalFileSystem()))
+    monkeypatch.setitem(SCHEMES, "mem9", Scheme(store=store, filesystem=lambda location, props: LocalFileSystem()))
     assert isinstance(open_store("mem9://bucket/t/_fencedlake", {}), MemoryStore)
     fs, path = open_filesystem("mem9://bucket/t", {})
     assert isinstance(fs, LocalFileSystem)
