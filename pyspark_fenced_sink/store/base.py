@@ -28,7 +28,6 @@ __all__ = ["Claim", "CountingStore", "ObjectStore", "check_key", "claim_key", "c
 
 
 @runtime_checkable
-@runtime_checkable
 class ObjectStore(Protocol):
     """Control-object storage rooted at one prefix; keys are relative, ``/``-separated."""
 

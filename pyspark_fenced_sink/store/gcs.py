@@ -18,40 +18,22 @@ from collections.abc import Mapping
 from typing import Any
 
 from pyspark_fenced_sink.errors import StoreError
-from pyspark_fenced_sink.options import mask_secrets
-from pyspark_fenced_sink.store.base import check_key
+from pyspark_fenced_sink.store.filesystem import FileSystemStore
 
 __all__ = ["GcsStore", "gcs_filesystem", "open_gcs_store"]
 
 _EXTRA = "pip install 'pyspark-fenced-sink[gcs]'"
 
 
-class GcsStore:
+class GcsStore(FileSystemStore):
     """Control objects under one ``bucket/prefix``, through one reused gcsfs file system."""
 
+    scheme = "gs"
+
     def __init__(self, root: str, fs: Any) -> None:
-        self.root = root.split("://", 1)[-1].strip("/")
+        super().__init__(root, fs, _gcs_failures())
         self.bucket, _, prefix = self.root.partition("/")
         self._base = f"{prefix}/" if prefix else ""
-        self.fs = fs
-        self._failures = _gcs_failures()
-
-    def __repr__(self) -> str:
-        return f"GcsStore('gs://{self.root}')"
-
-    def _path(self, key: str) -> str:
-        return f"{self.root}/{check_key(key)}"
-
-    def _error(self, what: str, key: str, e: BaseException, *, ambiguous: bool = False) -> StoreError:
-        return StoreError(f"{what} gs://{self.root}/{key} failed: {mask_secrets(str(e))[:500]}", ambiguous=ambiguous)
-
-    def get(self, key: str) -> bytes | None:
-        try:
-            return bytes(self.fs.cat_file(self._path(key)))
-        except FileNotFoundError:
-            return None
-        except self._failures as e:
-            raise self._error("GET", key, e) from e
 
     def list(self, prefix: str, start_after: str = "") -> list[str]:
         keys: list[str] = []
@@ -77,14 +59,6 @@ class GcsStore:
             return False
         except self._failures as e:
             raise self._error("PUT", key, e, ambiguous=_may_have_applied(e)) from e
-
-    def delete(self, key: str) -> None:
-        try:
-            self.fs.rm_file(self._path(key))
-        except FileNotFoundError:
-            return
-        except self._failures as e:
-            raise self._error("DELETE", key, e) from e
 
 
 def _gcs_failures() -> tuple[type[BaseException], ...]:

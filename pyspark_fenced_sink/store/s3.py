@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from pyspark_fenced_sink.errors import StoreError
-from pyspark_fenced_sink.store.base import check_key
+from pyspark_fenced_sink.store.filesystem import FileSystemStore
 
 __all__ = ["S3Store", "s3_filesystem"]
 
@@ -27,29 +27,14 @@ _S3_PROPERTY_MAP = {
 }
 
 
-class S3Store:
+class S3Store(FileSystemStore):
     """S3 or an S3-compatible server, through one reused ``s3fs.S3FileSystem``."""
 
+    scheme = "s3"
     conflict_retries = 8
 
     def __init__(self, root: str, fs: Any) -> None:
-        self.root = root.split("://", 1)[-1].rstrip("/")
-        self.fs = fs
-        self._failures = _s3_failures()
-
-    def __repr__(self) -> str:
-        return f"S3Store('s3://{self.root}')"
-
-    def _path(self, key: str) -> str:
-        return f"{self.root}/{check_key(key)}"
-
-    def get(self, key: str) -> bytes | None:
-        try:
-            return bytes(self.fs.cat_file(self._path(key)))
-        except FileNotFoundError:
-            return None
-        except self._failures as e:
-            raise StoreError(f"GET s3://{self._path(key)} failed: {e}") from e
+        super().__init__(root, fs, _s3_failures())
 
     def list(self, prefix: str, start_after: str = "") -> list[str]:
         bucket, _, root_key = self.root.partition("/")
@@ -65,7 +50,7 @@ class S3Store:
             try:
                 page = self.fs.call_s3("list_objects_v2", **kwargs)
             except self._failures as e:
-                raise StoreError(f"LIST s3://{bucket}/{base}{prefix} failed: {e}") from e
+                raise self._error("LIST", prefix, e) from e
             keys.extend(obj["Key"][len(base) :] for obj in page.get("Contents", ()))
             if not page.get("IsTruncated"):
                 return keys
@@ -83,16 +68,8 @@ class S3Store:
                 if _s3_error_code(e) == "ConditionalRequestConflict" and attempt + 1 < self.conflict_retries:
                     time.sleep(random.uniform(0.01, 0.05) * (attempt + 1))
                     continue
-                raise StoreError(f"PUT s3://{path} failed: {e}", ambiguous=_may_have_applied(e)) from e
+                raise self._error("PUT", key, e, ambiguous=_may_have_applied(e)) from e
         raise StoreError(f"PUT s3://{path}: still conflicting after {self.conflict_retries} attempts")
-
-    def delete(self, key: str) -> None:
-        try:
-            self.fs.rm_file(self._path(key))
-        except FileNotFoundError:
-            return
-        except self._failures as e:
-            raise StoreError(f"DELETE s3://{self._path(key)} failed: {e}") from e
 
 
 def _s3_failures() -> tuple[type[BaseException], ...]:
