@@ -60,6 +60,7 @@ def test_the_protocol_steps_are_the_named_points() -> None:
         "executor.after-file-written",
         "gc.after-barrier",
         "gc.before-delete",
+        "read.before-file",
         "stream.after-register",
     ]
 
