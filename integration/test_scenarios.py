@@ -206,11 +206,12 @@ def test_kill_matrix_covers_every_named_fail_point() -> None:
     """The matrix below kills at every fail point the sink declares (a new one must be added here).
 
     ``stream.after-register`` is passed only by streaming runs: tests/spark/test_streaming.py's kill matrix kills
-    a whole Spark application there.
+    a whole Spark application there. ``read.before-file`` is on the read path, which writes nothing:
+    tests/spark/test_stream_read.py kills a fencedlake -> fencedlake pipeline there.
     """
     from pyspark_fenced_sink.failpoints import POINTS
 
-    assert set(WRITE_POINTS) | set(GC_POINTS) | {"stream.after-register"} == POINTS
+    assert set(WRITE_POINTS) | set(GC_POINTS) | {"stream.after-register", "read.before-file"} == POINTS
 
 
 #: The CI-sized kill matrix on targets other than pg-s3: a point before the WAL put (orphans for gc),

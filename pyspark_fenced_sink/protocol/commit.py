@@ -70,6 +70,18 @@ class _Progress:
     def __init__(self, t0: float) -> None:
         self.t0 = self.noted = t0
         self.attempts = self.conflicts = self.unknowns = self.catalog_commits = self.helped = self.group = 0
+        #: Commits sent whose outcome was unknown: (record, entries of peers it applied, its group size).
+        self.unsure: list[tuple[CommitRecord, int, int]] = []
+
+    def landed_unsure(self, record: CommitRecord) -> bool:
+        """Count ``record`` as this writer's commit if it is one sent with an unknown outcome."""
+        for sent, helped, group in self.unsure:
+            if _as_read(sent) == _as_read(record):
+                self.catalog_commits += 1
+                self.helped += helped
+                self.group = group
+                return True
+        return False
 
     def note(self, ctx: CommitContext, what: str) -> None:
         """Log a progress line at INFO if the commit has been waiting for another PROGRESS_EVERY_S."""
@@ -87,6 +99,12 @@ class _Progress:
             self.conflicts,
             self.unknowns,
         )
+
+
+def _as_read(record: CommitRecord) -> tuple[int, tuple[tuple[str, str], ...], dict[str, str]]:
+    """A record as read back from a snapshot summary (token prefixes, metric values as text)."""
+    outcomes = tuple((token[:TOKEN_CHARS], code) for token, code in record.outcomes)
+    return record.first, outcomes, {k: str(v) for k, v in record.metrics.items()}
 
 
 def _fenced_before_put(state: CommittedState, entry: WalEntry) -> str | None:
@@ -182,7 +200,7 @@ def _drive(ctx: CommitContext, entry: WalEntry, seq: int, view: TableView, progr
         if position(seq, view.state.upper) is Position.BELOW:
             record = ctx.port.find_record(view, seq)
             found = record.find(seq) if record is not None else None
-            if found is None:
+            if record is None or found is None:
                 raise _unknown(
                     ctx,
                     seq,
@@ -191,6 +209,10 @@ def _drive(ctx: CommitContext, entry: WalEntry, seq: int, view: TableView, progr
                 )
             token, code = found
             if token == entry.token[:TOKEN_CHARS]:
+                if progress.landed_unsure(record):
+                    return _finish(
+                        ctx, progress, seq, Outcome(code), "decided by our commit (its answer was lost)", by_peer=False
+                    )
                 return _finish(
                     ctx, progress, seq, Outcome(code), "decided by a peer's commit", by_peer=progress.unknowns == 0
                 )
@@ -303,6 +325,7 @@ def _commit_plan(
         return _reload(ctx, progress), None
     except CommitUnknown:
         progress.unknowns += 1
+        progress.unsure.append((record, helped, len(plan.decisions)))
         return _reload(ctx, progress), None
     failpoints.hit("commit.after-catalog-commit")
     progress.catalog_commits += 1

@@ -154,9 +154,12 @@ def test_unknown_commit_outcome_is_resolved_by_reading_back(wh: str, monkeypatch
         return response
 
     monkeypatch.setattr(type(catalog), "commit_table", lossy)
+    _ctx(wh).wal.append(_prepared_entry(wh, "dead", 100, 10), start=0)  # a dead driver's entry: ours applies it too
     result = sink_write(wh, TABLE, rows("b", 10, 10))
     assert result.outcome is Outcome.APPLIED and result.unknowns == 1
-    assert table_ids(wh, TABLE) == list(range(20))
+    # the commit that landed was this writer's own: counted as such, not as a peer's
+    assert (result.by_peer, result.catalog_commits, result.helped, result.group) == (False, 1, 1, 2)
+    assert table_ids(wh, TABLE) == [*range(20), *range(100, 110)]
 
 
 def test_conflicting_commit_removes_its_manifests_and_retries(wh: str, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -24,6 +24,7 @@ from dataclasses import replace
 import pytest
 
 import pyspark_fenced_sink.protocol.commit as commit_module
+import pyspark_fenced_sink.protocol.context as context_module
 import pyspark_fenced_sink.protocol.fencing as fencing_module
 import pyspark_fenced_sink.protocol.reconcile as reconcile_module
 import pyspark_fenced_sink.protocol.replace as replace_module
@@ -251,7 +252,7 @@ MUTANTS = {
     ),
     "a lost state property is read as fresh": (
         _both(
-            _patched(commit_module, "bind", _bind_lost_state_as_fresh),
+            _patched(context_module, "bind", _bind_lost_state_as_fresh),
             _patched(harness_module, "bind", _bind_lost_state_as_fresh),
         ),
         {},
