@@ -25,6 +25,7 @@ from typing import Any
 from pyiceberg.manifest import DataFileContent, ManifestContent, ManifestFile
 from pyiceberg.table import TableProperties
 from pyiceberg.table.snapshots import Operation, Snapshot
+from pyiceberg.utils.concurrent import ExecutorFactory
 
 from pyspark_fenced_sink.iceberg.write_properties import size_property
 
@@ -63,10 +64,13 @@ def _partitions(table: Any, manifests: list[ManifestFile], threshold: int) -> li
     """Live data files per partition in ``manifests``: files, bytes, small files, small bytes."""
     counts: dict[tuple[int, Any], list[int]] = defaultdict(lambda: [0, 0, 0, 0])
     keys: dict[tuple[int, Any], Any] = {}
-    for manifest in manifests:
-        if manifest.content != ManifestContent.DATA:
-            continue
-        for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
+    data_manifests = [m for m in manifests if m.content == ManifestContent.DATA]
+    # Manifests are read in parallel on pyiceberg's shared pool, as its own scan planning does.
+    fetched = ExecutorFactory.get_or_create().map(
+        lambda m: m.fetch_manifest_entry(table.io, discard_deleted=True), data_manifests
+    )
+    for entries in fetched:
+        for entry in entries:
             data_file = entry.data_file
             if data_file.content != DataFileContent.DATA:
                 continue
