@@ -117,3 +117,27 @@ def test_conflicting_merge_commit_leaves_no_merged_manifest_behind(wh: str, monk
     assert len(_manifests(wh)) == 1
     assert on_disk == referenced
     assert table_ids(wh, TABLE) == list(range(20))
+
+
+def test_stream_reader_delivers_each_file_once_across_merged_manifests(wh: str) -> None:
+    """A stream from the start reads every appended file exactly once, through snapshots that merged manifests."""
+    from pyspark_fenced_sink.iceberg.incremental import START, StreamLimits, StreamPlanner
+    from pyspark_fenced_sink.iceberg.scan import open_read_table
+    from tests.read.tables import read_options
+
+    options = {"table.commit.manifest.min-count-to-merge": "2"}  # commits 2, 4 and 6 merge
+    sink_write(wh, TABLE, rows("w", 0, 10), options, tasks=1)
+    opts = read_options(wh, TABLE, streaming=True)
+    planner = StreamPlanner(opts, open_read_table(opts).schema(), lambda: open_read_table(opts))
+    start, paths = START, []
+    for i in range(1, 7):
+        planner.refresh()
+        end = planner.latest(start, StreamLimits(), planner.current())  # one micro-batch per commit
+        paths += [t.file.file_path for t in planner.plan(start, end)]
+        start = end
+        if i < 6:
+            sink_write(wh, TABLE, rows("w", 10 * i, 10), options, tasks=1)
+    table = embedded_catalog(wh).load_table(TABLE)
+    assert len(_manifests(wh)) < 6
+    assert sorted(paths) == sorted(t.file.file_path for t in table.scan().plan_files())
+    assert len(paths) == len(set(paths)) == 6
