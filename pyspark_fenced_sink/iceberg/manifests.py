@@ -110,6 +110,8 @@ class _MergingAppend(_MergeAppendFiles):
     The new files' manifest is written before it is merged; pyiceberg leaves it behind once its
     entries are in the merged manifest. No manifest list ever names it, so it is removed as soon
     as the snapshot's manifests are decided (a failed removal leaves one stray metadata file).
+    It builds on pyiceberg 0.12's private producer and ``UpdateSnapshot`` fields: one reason setup.cfg
+    caps pyiceberg below 0.13.
     """
 
     def __init__(self, update: UpdateSnapshot, settings: MergeSettings) -> None:
