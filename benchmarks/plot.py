@@ -116,9 +116,33 @@ def _contention(plt: Any, res: Any, caption: str) -> Any:
     return fig
 
 
+def _manifest_merge(ax: Any, rows: list[dict[str, Any]]) -> None:
+    """Commit p50 (solid) and full-scan planning (dashed) vs commits, one color per manifest-merge variant."""
+    for variant, color in zip(
+        ("manifest merge off", "manifest merge on", "manifest merge on + gc"),
+        ("tab:red", "tab:blue", "tab:green"),
+        strict=True,
+    ):
+        own = [r for r in rows if r["series"] == variant]
+        if not own:
+            continue
+        xs = [r["commits"] for r in own]
+        label = variant.removeprefix("manifest ")
+        ax.plot(xs, [r["fencedlake commit p50 ms"] for r in own], "o-", color=color, label=f"{label}: commit p50")
+        ax.plot(xs, [r["full-scan plan ms"] for r in own], "s--", color=color, alpha=0.6, label=f"{label}: planning")
+    ax.set_xscale("log")
+    ax.set_xlabel("commits (one manifest each before merging)")
+    ax.set_ylabel("ms")
+    ax.set_title("manifest merge on / off", fontsize=9)
+    ax.legend(fontsize=7, loc="upper left")
+
+
 def _scaling(plt: Any, res: Any, caption: str) -> Any:
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    for ax, series, xkey in zip(axes, ("WAL history", "snapshot history"), ("WAL entries", "snapshots"), strict=True):
+    merge_rows = [r for r in res.rows if str(r["series"]).startswith("manifest ")]
+    fig, axes = plt.subplots(1, 3 if merge_rows else 2, figsize=(16.5 if merge_rows else 11, 4))
+    if merge_rows:
+        _manifest_merge(axes[2], merge_rows)
+    for ax, series, xkey in zip(axes, ("WAL history", "snapshot history"), ("WAL entries", "snapshots"), strict=False):
         rows = [r for r in res.rows if r["series"] == series]
         if not rows:
             ax.set_visible(False)

@@ -6,7 +6,8 @@ Suites (docs/benchmarks.md says what each measures and shows a run's numbers):
 * ``group-commit``  contention: N concurrent committer processes, fencedlake vs naive pyiceberg
                     (default retries, retries off): landed/failed writes, rows landed/s, latency,
                     catalog commits, group-commit factor;
-* ``scaling``       commit latency and requests vs WAL history and snapshot history;
+* ``scaling``       commit latency and requests vs WAL history and snapshot history; manifest merge
+                    on vs off (commit latency, manifests, scan planning);
 * ``executor``      the executor write path without Spark vs pyarrow's ParquetWriter;
 * ``throughput``    Spark: native Parquet vs format("fencedlake") vs collect + pyiceberg append,
                     unpartitioned and by day;
@@ -59,6 +60,8 @@ PROFILES: dict[str, dict[str, Any]] = {
         "gc_reps": 1,
         "wal_sizes": [100, 1000],
         "snapshot_sizes": [10, 50],
+        "merge_sizes": [10, 30],
+        "merge_min_count": 10,
         "scaling_commits": 3,
         "stream_small_rows": 1000,
         "stream_small_batches": 8,
@@ -82,6 +85,8 @@ PROFILES: dict[str, dict[str, Any]] = {
         "gc_reps": 2,
         "wal_sizes": [100, 1000, 10_000],
         "snapshot_sizes": [10, 100, 1000],
+        "merge_sizes": [10, 100, 1000],
+        "merge_min_count": None,
         "scaling_commits": 10,
         "stream_small_rows": 1000,
         "stream_small_batches": 20,
@@ -112,6 +117,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--total-writes", type=int, help="group-commit: about this many writes per round")
     p.add_argument("--wal-sizes", help="scaling: comma-separated WAL history sizes, e.g. 1000,10000")
     p.add_argument("--snapshot-sizes", help="scaling: comma-separated snapshot history sizes, e.g. 10,100,1000")
+    p.add_argument("--merge-sizes", help="scaling: commits per manifest-merge point, e.g. 10,100,1000 ('' for none)")
     p.add_argument("--partitions", type=int, default=2, help="throughput: Spark tasks per write [2]")
     p.add_argument("--no-collect", action="store_true", help="throughput: leave out the collect+pyiceberg writers")
     p.add_argument(
@@ -181,6 +187,8 @@ def main(argv: list[str] | None = None) -> int:
         prof["wal_sizes"] = [int(n) for n in args.wal_sizes.split(",")]
     if args.snapshot_sizes:
         prof["snapshot_sizes"] = [int(n) for n in args.snapshot_sizes.split(",")]
+    if args.merge_sizes is not None:
+        prof["merge_sizes"] = [int(n) for n in args.merge_sizes.split(",") if n.strip()]
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     if args.workdir:
@@ -213,6 +221,8 @@ def main(argv: list[str] | None = None) -> int:
         "scaling": lambda: _import("scaling").run(
             wal_sizes=prof["wal_sizes"],
             snapshot_sizes=prof["snapshot_sizes"],
+            merge_sizes=prof["merge_sizes"],
+            merge_min_count=prof["merge_min_count"],
             commits=prof["scaling_commits"],
             workdir=args.workdir,
             log=log,

@@ -1,4 +1,4 @@
-"""Suite "scaling": commit latency and requests vs table history (issue 6.5).
+"""Suite "scaling": commit latency and requests vs table history (issue 6.5; manifest merge: issue 18).
 
 Does any step on a commit's hot path read the whole WAL or the whole snapshot
 history? Two series, each point a fresh table, measured with sequential,
@@ -21,7 +21,8 @@ requests, as history grows. Reported per point: commit latency p50 (and the
 ratio to the baseline), control-store requests by kind, keys the LISTs
 returned and the time they took, catalog calls, Iceberg file requests, and
 the metadata.json size. A cProfile of one commit at the largest point of
-each series says where the time goes.
+each series says where the time goes. A third series (``manifest_merge``)
+compares append commits with manifest merging on and off.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from benchmarks import manifest_merge
 from benchmarks.common import BenchmarkError, SuiteResult, median, profile_top, ratio, step_breakdown
 from benchmarks.data import SPARK_SCHEMA, arrow_rows
 from benchmarks.request_budget import Counts, by_kind, counting, pyiceberg_append
@@ -207,10 +209,16 @@ def run(
     wal_sizes: Sequence[int],
     snapshot_sizes: Sequence[int],
     commits: int,
+    merge_sizes: Sequence[int] = (),
+    merge_min_count: int | None = None,
     workdir: str | None = None,
     log: Callable[[str], None] = print,
 ) -> SuiteResult:
-    """One point per size of each series; ``commits`` measured commits per point and variant."""
+    """One point per size of each series; ``commits`` measured commits per point and variant.
+
+    ``merge_sizes``: commits per manifest-merge point; ``merge_min_count``: their min-count-to-merge (None:
+    the default, 100; the quick run uses a small one so that it merges at small sizes).
+    """
     result = SuiteResult("scaling", "Scaling: commit cost vs table history (issue 6.5)")
     points: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="fencedlake-bench-scale-", dir=workdir) as tmp:
@@ -225,9 +233,11 @@ def run(
                     f"{median(pt['base_ms']):.1f} ms; store {pt['store']}, LIST returned {pt['listed']:.0f} keys "
                     f"in {pt['list_ms']:.2f} ms"
                 )
+        merge_points = [manifest_merge.point(wh, size, commits, log, merge_min_count) for size in merge_sizes]
 
     result.columns = [
         "series",
+        "commits",
         "WAL entries",
         "snapshots",
         "metadata.json KB",
@@ -243,6 +253,9 @@ def run(
         "Iceberg GET",
         "total requests",
         "pyiceberg requests",
+        "manifests",
+        "full-scan plan ms",
+        "commit p99 / max ms",
     ]
     for pt in points:
         fk, bk = pt["fl_kinds"], pt["base_kinds"]
@@ -267,7 +280,10 @@ def run(
                 "pyiceberg requests": sum(bk.values()),
             }
         )
+    merge_rows, merge_notes = manifest_merge.rows_and_notes(merge_points, merge_min_count)
+    result.rows += merge_rows
     result.data["points"] = points
+    result.data["merge_points"] = merge_points
     for series in ("wal", "snapshots"):
         pts = [p for p in points if p["series"] == series]
         if len(pts) < 2:
@@ -310,4 +326,5 @@ def run(
         "passes StartAfter, so S3 returns only the tail); Iceberg GET = metadata.json / manifest-list / manifest "
         "reads; total requests = object-store requests + catalog calls, vs the pyiceberg baseline's.",
     ]
+    result.notes += merge_notes
     return result

@@ -51,6 +51,7 @@ from pyspark_fenced_sink import failpoints
 from pyspark_fenced_sink.errors import CorruptControlDataError, InvalidOptionsError, WriteRejectedError
 from pyspark_fenced_sink.iceberg.branches import StagedCommit, live_data_files, ref_requirements, snapshot_history
 from pyspark_fenced_sink.iceberg.datafiles import decode_data_file, encode_partition
+from pyspark_fenced_sink.iceberg.manifests import append_producer
 from pyspark_fenced_sink.iceberg.row_filter import file_matcher
 from pyspark_fenced_sink.protocol.commit import CommitConflict, CommitUnknown
 from pyspark_fenced_sink.protocol.reconcile import ReconcilePlan
@@ -274,8 +275,8 @@ class IcebergTablePort:
 
 
 def _append(staged: StagedCommit, head: WalEntry | None) -> Any:
-    """A fast append on the branch: new manifests, nothing removed."""
-    return staged.update().fast_append()
+    """An append on the branch: a new manifest, small ones merged if the table says so (``iceberg.manifests``)."""
+    return append_producer(staged.update(), staged.tx.table_metadata.properties)
 
 
 def _doomed(table: Table, metadata: TableMetadata, snapshot: Snapshot, head: WalEntry) -> list[DataFile]:

@@ -17,6 +17,7 @@ from pyiceberg.table import TableProperties
 from pyiceberg.utils.properties import property_as_int
 
 from pyspark_fenced_sink.errors import InvalidOptionsError
+from pyspark_fenced_sink.iceberg.manifests import merge_settings
 
 _CODECS = {"zstd", "snappy", "gzip", "brotli", "lz4", "none"}
 
@@ -48,6 +49,7 @@ def validate_write_properties(props: Mapping[str, str]) -> None:
     size_property(props, tp.PARQUET_ROW_GROUP_LIMIT, tp.PARQUET_ROW_GROUP_LIMIT_DEFAULT)
     size_property(props, tp.PARQUET_ROW_GROUP_SIZE_BYTES, tp.PARQUET_ROW_GROUP_SIZE_BYTES_DEFAULT)
     size_property(props, tp.WRITE_TARGET_FILE_SIZE_BYTES, tp.WRITE_TARGET_FILE_SIZE_BYTES_DEFAULT)
+    merge_settings(props, strict=True)  # commit.manifest-*: checked here, honoured at commit (iceberg.manifests)
 
 
 def parquet_kwargs(props: Mapping[str, str]) -> dict[str, Any]:

@@ -52,10 +52,11 @@ def _duration(text: str) -> float:
 #: Command -> (one-line help, description). Every command takes the table as its first argument.
 _HELP = {
     "status": (
-        "committed upper, pending entries, writers, recent commits",
+        "committed upper, pending entries, writers, recent commits, small files, manifests",
         "Show the committed upper, pending WAL entries (and what the next commit would do with each), every "
-        "writer's epoch and last batch id, and recent commits with latency, group size, conflicts absorbed and "
-        "fences.",
+        "writer's epoch and last batch id, recent commits with latency, group size, conflicts absorbed and "
+        "fences, small data files per partition, the manifest count and the last compaction (read from "
+        "metadata only: no data file is opened).",
     ),
     "wal": (
         "WAL entries from a position, each with its classification",
@@ -136,7 +137,16 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"fencedlake {_version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     commands = {name: _command(sub, name, common) for name in _HELP}
-    commands["status"].add_argument("--commits", type=int, default=10, help="recent commits to show (default 10)")
+    p = commands["status"]
+    p.add_argument("--commits", type=int, default=10, help="recent commits to show (default 10)")
+    p.add_argument("--top", type=int, default=10, help="partitions with the most small files to show (default 10)")
+    p.add_argument(
+        "--small-file-bytes",
+        type=int,
+        default=None,
+        metavar="BYTES",
+        help="a data file below this size is small (default: 1/4 of write.target-file-size-bytes)",
+    )
     p = commands["wal"]
     p.add_argument("--from", dest="start", type=int, default=0, help="first position (default 0)")
     p.add_argument("--limit", type=int, default=100, help="entries to show (default 100)")
@@ -232,6 +242,7 @@ _ENTRY_COLUMNS = ("seq", "position", "outcome", "kind", "writer", "epoch", "batc
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
+    from pyspark_fenced_sink.ops.health import file_health, last_compaction_text
     from pyspark_fenced_sink.ops.inspect import pending_summary, recent_commits, wal_rows
 
     opened = _open(args)
@@ -256,13 +267,22 @@ def _cmd_status(args: argparse.Namespace) -> int:
         ],
         "pending_entries": entries,
         "recent_commits": commits,
+        **file_health(table, now_ms, args.small_file_bytes),
     }
+    if not args.json:  # the text view: the top partitions, the last compaction in words
+        body["last_compaction"] = last_compaction_text(body["last_compaction"], body.pop("history_since_ms"))
+        body["small_files_by_partition"] = body["small_files_by_partition"][: args.top]
     _emit(
         args,
         body,
         [
             ("writers", "writers", ("writer", "epoch", "batches", "run", "query")),
             ("pending entries", "pending_entries", _ENTRY_COLUMNS),
+            (
+                f"small files by partition (top {args.top}; all with --json)",
+                "small_files_by_partition",
+                ("partition", "files", "small_files", "bytes", "small_bytes"),
+            ),
             (
                 "recent commits",
                 "recent_commits",

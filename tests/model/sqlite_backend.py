@@ -48,8 +48,13 @@ _SCHEMA = Schema(
     NestedField(3, "v", LongType(), required=False),
 )
 _SPEC = PartitionSpec(PartitionField(source_id=2, field_id=1000, transform=IdentityTransform(), name="part"))
-#: pyiceberg's retry (only used by the rebase mutant) should not sleep for real.
-_FAST_RETRY = {"commit.retry.min-wait-ms": "1", "commit.retry.max-wait-ms": "2"}
+#: pyiceberg's retry (only used by the rebase mutant) should not sleep for real; every second append merges
+#: manifests (PROTOCOL.md §5.2), so the schedules check the invariants across merging commits too.
+_FAST_RETRY = {
+    "commit.retry.min-wait-ms": "1",
+    "commit.retry.max-wait-ms": "2",
+    "commit.manifest.min-count-to-merge": "2",
+}
 
 
 class _ModelPort(IcebergTablePort):
