@@ -51,6 +51,7 @@ from pyspark_fenced_sink import failpoints
 from pyspark_fenced_sink.errors import CorruptControlDataError, InvalidOptionsError, WriteRejectedError
 from pyspark_fenced_sink.iceberg.branches import StagedCommit, live_data_files, ref_requirements, snapshot_history
 from pyspark_fenced_sink.iceberg.datafiles import decode_data_file, encode_partition
+from pyspark_fenced_sink.iceberg.rewrite import compaction_producer
 from pyspark_fenced_sink.iceberg.row_filter import file_matcher
 from pyspark_fenced_sink.protocol.commit import CommitConflict, CommitUnknown
 from pyspark_fenced_sink.protocol.reconcile import ReconcilePlan
@@ -371,4 +372,5 @@ _PRODUCERS: dict[WriteMode, Callable[[StagedCommit, WalEntry | None], Any]] = {
     WriteMode.DYNAMIC: _replace,
     WriteMode.REPLACE_WHERE: _replace,
     WriteMode.PUBLISH: _publish,
+    WriteMode.COMPACT: compaction_producer,
 }

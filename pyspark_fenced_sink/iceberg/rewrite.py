@@ -1,0 +1,102 @@
+"""The snapshot producer of a compaction entry (PROTOCOL.md §5.2, step 5; driver).
+
+A ``compact`` entry replaces its input files by its own files, rows unchanged.
+Applied on the version being committed on (apply time), it is refused
+(``EntryRefused`` -> REFUSED) unless
+
+* every input file is still live on the branch (``protocol.replace.removals``):
+  an input removed by an overwrite or replaced by another compaction since the
+  compaction read it would otherwise come back, or twice;
+* no live delete file can apply to an input: the rewritten rows were read
+  without it, so adding them would bring deleted rows back (Iceberg's
+  ``RewriteFiles`` validates the same). Planning skips files with deletes; this
+  catches deletes another engine added meanwhile.
+
+The snapshot's operation is ``replace`` (Iceberg: files rewritten, data
+unchanged), so stream readers skip it (``iceberg.incremental``); a replace
+commit takes no appends (``WriteMode.takes_appends``), since appended rows in
+a ``replace`` snapshot would be invisible to them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pyiceberg.manifest import DataFile, ManifestContent
+from pyiceberg.table import Table
+from pyiceberg.table.snapshots import Operation, Snapshot, Summary
+from pyiceberg.table.update.snapshot import _OverwriteFiles
+
+from pyspark_fenced_sink.iceberg.branches import StagedCommit, live_data_files
+from pyspark_fenced_sink.protocol.replace import EntryRefused, LiveFile, removals
+from pyspark_fenced_sink.protocol.wal import WalEntry
+
+__all__ = ["compaction_producer", "live_delete_partitions"]
+
+
+class _ReplaceFiles(_OverwriteFiles):
+    """pyiceberg's overwrite producer, recording the snapshot as a ``replace``.
+
+    pyiceberg 0.12 computes summaries only for append/overwrite/delete: the totals are
+    computed as for an overwrite (the same file bookkeeping), then the operation is set.
+    """
+
+    def _summary(self, snapshot_properties: Any = None) -> Summary:
+        self._operation = Operation.OVERWRITE
+        try:
+            summary = super()._summary(snapshot_properties or {})
+        finally:
+            self._operation = Operation.REPLACE
+        return Summary(Operation.REPLACE, **summary.additional_properties)
+
+
+def _partition_key(data_file: DataFile) -> tuple[int, tuple[Any, ...]]:
+    record = data_file.partition
+    return data_file.spec_id, tuple(record[i] for i in range(len(record)))
+
+
+def live_delete_partitions(table: Table, snapshot: Snapshot | None) -> set[tuple[int, tuple[Any, ...]]]:
+    """(spec id, partition values) of every live delete file of ``snapshot`` (() for an unpartitioned one)."""
+    found: set[tuple[int, tuple[Any, ...]]] = set()
+    if snapshot is None:
+        return found
+    for manifest in snapshot.manifests(table.io):
+        if manifest.content != ManifestContent.DELETES:
+            continue
+        for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
+            found.add(_partition_key(entry.data_file))
+    return found
+
+
+def compaction_producer(staged: StagedCommit, head: WalEntry | None) -> Any:
+    """A ``replace`` snapshot removing the entry's inputs (the added files are appended by the caller).
+
+    Raises:
+        EntryRefused: an input is no longer live, or a live delete file may apply to one.
+    """
+    branch_head = staged.head
+    if head is None:
+        raise EntryRefused("a compaction commit has no compaction entry")
+    live = {f.file_path: f for f in live_data_files(staged.table, branch_head)} if branch_head is not None else {}
+    doomed = removals(head, [LiveFile(path, f.spec_id, ()) for path, f in live.items()])
+    inputs = [live[f.path] for f in doomed]
+    deletes = live_delete_partitions(staged.table, branch_head)
+    if deletes:
+        hit = next(
+            (f.file_path for f in inputs if _partition_key(f) in deletes or any(not p for _, p in deletes)), None
+        )
+        if hit is not None:
+            raise EntryRefused(
+                f"compaction is refused: a live delete file may apply to its input {hit} (added after the "
+                "compaction read it); its rewrite would bring deleted rows back. Nothing was changed; run it again"
+            )
+    producer = _ReplaceFiles(
+        operation=Operation.REPLACE,
+        transaction=staged.tx,
+        io=staged.table.io,
+        branch=staged.branch,
+        snapshot_properties=staged.summary,
+    )
+    for data_file in inputs:
+        producer.delete_data_file(data_file)
+    return producer
