@@ -20,9 +20,10 @@ a ``replace`` snapshot would be invisible to them.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
-from pyiceberg.manifest import DataFile, ManifestContent
+from pyiceberg.manifest import DataFile, DataFileContent, ManifestContent
 from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Operation, Snapshot, Summary
 from pyiceberg.table.update.snapshot import _OverwriteFiles
@@ -31,7 +32,10 @@ from pyspark_fenced_sink.iceberg.branches import StagedCommit, live_data_files
 from pyspark_fenced_sink.protocol.replace import EntryRefused, LiveFile, removals
 from pyspark_fenced_sink.protocol.wal import WalEntry
 
-__all__ = ["compaction_producer", "live_delete_partitions"]
+__all__ = ["compaction_producer"]
+
+#: The reserved field id of a positional delete file's ``file_path`` column (Iceberg spec).
+_FILE_PATH_ID = 2147483546
 
 
 class _ReplaceFiles(_OverwriteFiles):
@@ -55,17 +59,36 @@ def _partition_key(data_file: DataFile) -> tuple[int, tuple[Any, ...]]:
     return data_file.spec_id, tuple(record[i] for i in range(len(record)))
 
 
-def live_delete_partitions(table: Table, snapshot: Snapshot | None) -> set[tuple[int, tuple[Any, ...]]]:
-    """(spec id, partition values) of every live delete file of ``snapshot`` (() for an unpartitioned one)."""
-    found: set[tuple[int, tuple[Any, ...]]] = set()
+def _named_file(delete_file: DataFile) -> str | None:
+    """The one data file a positional delete file applies to, if its ``file_path`` bounds name one (as Java writes)."""
+    if delete_file.content != DataFileContent.POSITION_DELETES:
+        return None
+    lower = (delete_file.lower_bounds or {}).get(_FILE_PATH_ID)
+    upper = (delete_file.upper_bounds or {}).get(_FILE_PATH_ID)
+    return lower.decode() if lower is not None and lower == upper else None
+
+
+def _deletes_hit(table: Table, snapshot: Snapshot | None, inputs: Sequence[DataFile]) -> str | None:
+    """An input a live delete file of ``snapshot`` may apply to, or None.
+
+    A positional delete file naming one data file applies to that file only; any other delete file
+    applies to every file of its partition (an unpartitioned one: every file of its spec).
+    """
     if snapshot is None:
-        return found
+        return None
+    by_path = {f.file_path: f for f in inputs}
+    partitions = {_partition_key(f) for f in inputs}
     for manifest in snapshot.manifests(table.io):
         if manifest.content != ManifestContent.DELETES:
             continue
         for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
-            found.add(_partition_key(entry.data_file))
-    return found
+            named = _named_file(entry.data_file)
+            if named is not None:
+                if named in by_path:
+                    return named
+            elif _partition_key(entry.data_file) in partitions:
+                return next(f.file_path for f in inputs if _partition_key(f) == _partition_key(entry.data_file))
+    return None
 
 
 def compaction_producer(staged: StagedCommit, head: WalEntry | None) -> Any:
@@ -80,16 +103,12 @@ def compaction_producer(staged: StagedCommit, head: WalEntry | None) -> Any:
     live = {f.file_path: f for f in live_data_files(staged.table, branch_head)} if branch_head is not None else {}
     doomed = removals(head, [LiveFile(path, f.spec_id, ()) for path, f in live.items()])
     inputs = [live[f.path] for f in doomed]
-    deletes = live_delete_partitions(staged.table, branch_head)
-    if deletes:
-        hit = next(
-            (f.file_path for f in inputs if _partition_key(f) in deletes or any(not p for _, p in deletes)), None
+    hit = _deletes_hit(staged.table, branch_head, inputs)
+    if hit is not None:
+        raise EntryRefused(
+            f"compaction is refused: a live delete file may apply to its input {hit} (added after the "
+            "compaction read it); its rewrite would bring deleted rows back. Nothing was changed; run it again"
         )
-        if hit is not None:
-            raise EntryRefused(
-                f"compaction is refused: a live delete file may apply to its input {hit} (added after the "
-                "compaction read it); its rewrite would bring deleted rows back. Nothing was changed; run it again"
-            )
     producer = _ReplaceFiles(
         operation=Operation.REPLACE,
         transaction=staged.tx,

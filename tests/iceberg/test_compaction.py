@@ -17,12 +17,13 @@ import pytest
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from pyspark_fenced_sink import failpoints
-from pyspark_fenced_sink.errors import InvalidOptionsError
+from pyspark_fenced_sink.errors import InvalidOptionsError, ReadRefusedError
 from pyspark_fenced_sink.iceberg.catalogs import embedded_catalog
 from pyspark_fenced_sink.ops.compact import CompactionResult, compact_table, local_runner
 from pyspark_fenced_sink.protocol.commit import recover
 from pyspark_fenced_sink.protocol.outcome import data_entry
 from pyspark_fenced_sink.testing.harness import open_target, plan, sink_write, write_tasks
+from tests.read.rowdelta import commit_deletes, equality_delete_file, position_delete_file
 
 TABLE = "db.events"
 SCHEMA = StructType([StructField("id", LongType()), StructField("day", StringType())])
@@ -58,7 +59,7 @@ def live_paths(wh: str) -> set[str]:
     return {t.file.file_path for t in table(wh).scan().plan_files()}
 
 
-def compact(wh: str, between: Callable[[], None] | None = None, **kwargs: Any) -> CompactionResult:
+def compact(wh: str, between: Callable[[], None] | None = None, name: str = TABLE, **kwargs: Any) -> CompactionResult:
     """One compaction; ``between`` runs after the rewrite, before the WAL put (a concurrent writer)."""
 
     def run(*args: Any) -> Any:
@@ -67,7 +68,7 @@ def compact(wh: str, between: Callable[[], None] | None = None, **kwargs: Any) -
             between()
         return results
 
-    return compact_table(open_target(wh, TABLE), TABLE, run, **kwargs)
+    return compact_table(open_target(wh, name), name, run, **kwargs)
 
 
 def on_disk(paths: set[str]) -> set[str]:
@@ -176,3 +177,74 @@ def test_a_compaction_commits_alone_and_an_append_behind_it_follows(wh: str) -> 
     recover(ctx)
     assert [s.summary.operation.value for s in table(wh).snapshots()[-2:]] == ["replace", "append"]
     assert rows(wh) == sorted([(i, "d1") for i in range(30)] + [(500, "d1")] + [(i, "d2") for i in range(30, 60)])
+
+
+# ---------------------------------------------------------------------------------------------- delete files
+
+FLAT = "db.flat"
+
+
+def flat_table(wh: str, files: int = 4) -> Any:
+    """An unpartitioned table of ``files`` one-file appends of 10 rows each (ids 0..)."""
+    for i in range(files):
+        sink_write(wh, FLAT, rows_of(range(i * 10, i * 10 + 10)), tasks=1)
+    return embedded_catalog(wh).load_table(FLAT)
+
+
+def rows_of(ids: range) -> pa.Table:
+    return pa.table({"id": pa.array(list(ids), pa.int64()), "writer": ["w"] * len(ids)})
+
+
+def flat_ids(wh: str) -> list[int]:
+    return sorted(r["id"] for r in embedded_catalog(wh).load_table(FLAT).scan().to_arrow().to_pylist())
+
+
+def test_a_file_with_position_deletes_is_left_alone_and_its_rows_stay_deleted(wh: str) -> None:
+    """Planning skips a file that delete files apply to; the other files are compacted; rows exact."""
+    t = flat_table(wh)
+    first = sorted(task.file.file_path for task in t.scan().plan_files())[0]
+    commit_deletes(t, [position_delete_file(t, first, [0])])
+    before = flat_ids(wh)
+    result = compact(wh, name=FLAT, min_input_files=2)
+    assert (result.outcome, result.input_files) == ("applied", 3)
+    assert flat_ids(wh) == before and len(before) == 39
+
+
+def test_a_delete_added_while_compacting_refuses_the_compaction(wh: str) -> None:
+    """Another engine deletes a row of an input between rewrite and commit: REFUSED, the row stays deleted."""
+    t = flat_table(wh)
+
+    def delete_one() -> None:
+        current = embedded_catalog(wh).load_table(FLAT)
+        target = sorted(task.file.file_path for task in current.scan().plan_files())[0]
+        commit_deletes(current, [position_delete_file(current, target, [0])])
+
+    result = compact(wh, delete_one, name=FLAT, min_input_files=2)
+    assert result.outcome == "refused" and "delete file" in result.detail
+    assert len(flat_ids(wh)) == 39 and t.refresh() is not None
+    assert len(list(embedded_catalog(wh).load_table(FLAT).scan().plan_files())) == 4  # the inputs stay
+
+
+def test_equality_deletes_refuse_compaction_before_anything_is_written(wh: str) -> None:
+    """A snapshot with equality deletes cannot be compacted by pyiceberg: ReadRefusedError, no file written."""
+    t = flat_table(wh)
+    commit_deletes(t, [equality_delete_file(t, "id", [3])])
+    before = set(Path(wh).rglob("*.parquet"))
+    with pytest.raises(ReadRefusedError, match="equality delete"):
+        compact(wh, name=FLAT, min_input_files=2)
+    assert set(Path(wh).rglob("*.parquet")) == before
+
+
+def test_a_sorted_table_is_rewritten_in_its_sort_order(wh: str) -> None:
+    """With a sort order on id (descending), each output file holds its rows sorted that way."""
+    import pyarrow.parquet as pq
+    from pyiceberg.transforms import IdentityTransform
+
+    t = flat_table(wh)
+    with t.update_sort_order() as update:
+        update.desc("id", IdentityTransform())
+    result = compact(wh, name=FLAT, min_input_files=2)
+    assert result.outcome == "applied"
+    paths = [task.file.file_path for task in embedded_catalog(wh).load_table(FLAT).scan().plan_files()]
+    ids = pq.read_table(paths[0].removeprefix("file://")).column("id").to_pylist()
+    assert ids == sorted(range(40), reverse=True)
