@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
@@ -237,7 +238,6 @@ def test_equality_deletes_refuse_compaction_before_anything_is_written(wh: str) 
 
 def test_a_sorted_table_is_rewritten_in_its_sort_order(wh: str) -> None:
     """With a sort order on id (descending), each output file holds its rows sorted that way."""
-    import pyarrow.parquet as pq
     from pyiceberg.transforms import IdentityTransform
 
     t = flat_table(wh)
@@ -248,3 +248,33 @@ def test_a_sorted_table_is_rewritten_in_its_sort_order(wh: str) -> None:
     paths = [task.file.file_path for task in embedded_catalog(wh).load_table(FLAT).scan().plan_files()]
     ids = pq.read_table(paths[0].removeprefix("file://")).column("id").to_pylist()
     assert ids == sorted(range(40), reverse=True)
+
+
+def test_a_stream_reading_the_table_skips_the_compaction_and_delivers_each_row_once(wh: str) -> None:
+    """A stream that read the small files sees no new rows from the 'replace' snapshot, then the next append."""
+    from pyspark_fenced_sink.iceberg.incremental import START, StreamLimits, StreamPlanner
+    from pyspark_fenced_sink.iceberg.scan import open_read_table
+    from tests.read.tables import read_options
+
+    small_files(wh, per_day=3)
+    opts = read_options(wh, TABLE, streaming=True)
+    planner = StreamPlanner(opts, open_read_table(opts).schema(), lambda: open_read_table(opts))
+    delivered: list[str] = []
+    start = START
+
+    def drain() -> None:
+        nonlocal start
+        while True:
+            planner.refresh()
+            end = planner.latest(start, StreamLimits(), planner.current())
+            if end == start:
+                return
+            delivered.extend(t.file.file_path for t in planner.plan(start, end))
+            start = end
+
+    drain()
+    assert compact(wh, min_input_files=3).outcome == "applied"
+    append(wh, range(900, 901), "d2")
+    drain()
+    got = sorted(r["id"] for p in delivered for r in pq.read_table(p.removeprefix("file://")).to_pylist())
+    assert got == [*range(60), 900]
