@@ -465,20 +465,26 @@ def _cmd_compact(args: argparse.Namespace) -> int:
     progress = logging.StreamHandler(sys.stderr)  # the compaction's progress lines (INFO) on stderr
     progress.setFormatter(logging.Formatter("[fencedlake] %(message)s"))
     log = logging.getLogger("pyspark_fenced_sink.ops.compact")
+    level, propagate = log.level, log.propagate
     log.addHandler(progress)
     log.setLevel(logging.INFO)
-    opened = _open(args)
-    spark = None if args.no_spark or args.dry_run else _local_spark()
-    run = local_runner if spark is None else spark_runner(spark)
-    result = compact_table(
-        opened,
-        args.table,
-        run,
-        where=args.where,
-        target_file_size=args.target_file_size,
-        min_input_files=args.min_input_files,
-        dry_run=args.dry_run,
-    )
+    log.propagate = False  # printed once here, not again by a FENCEDLAKE_LOG_LEVEL handler
+    try:
+        opened = _open(args)
+        spark = None if args.no_spark or args.dry_run else _local_spark()
+        result = compact_table(
+            opened,
+            args.table,
+            local_runner if spark is None else spark_runner(spark),
+            where=args.where,
+            target_file_size=args.target_file_size,
+            min_input_files=args.min_input_files,
+            dry_run=args.dry_run,
+        )
+    finally:
+        log.removeHandler(progress)
+        log.setLevel(level)
+        log.propagate = propagate
     _emit(args, asdict(result), [])
     if result.outcome == "refused":
         print(f"fencedlake compact: refused, nothing changed: {result.detail}", file=sys.stderr)
@@ -488,11 +494,13 @@ def _cmd_compact(args: argparse.Namespace) -> int:
 
 def _local_spark() -> Any:
     """This process's active SparkSession, or a new local[*] one."""
-    print("[fencedlake] compact: starting a local Spark session (local[*])", file=sys.stderr, flush=True)
     from pyspark.sql import SparkSession
 
     active = SparkSession.getActiveSession()
-    return active or SparkSession.builder.master("local[*]").appName("fencedlake-compact").getOrCreate()
+    if active is not None:
+        return active
+    print("[fencedlake] compact: starting a local Spark session (local[*])", file=sys.stderr, flush=True)
+    return SparkSession.builder.master("local[*]").appName("fencedlake-compact").getOrCreate()
 
 
 _COMMANDS = {

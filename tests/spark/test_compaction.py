@@ -6,6 +6,7 @@ Spark tasks (one per group) and read back with ``spark.read.format("fencedlake")
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -37,12 +38,20 @@ def live_files(wh: str, table: str) -> int:
     return len(list(embedded_catalog(wh).load_table(table).scan().plan_files()))
 
 
-def test_python_api_rewrites_small_files_on_spark_with_the_same_rows(spark: Any, tmp_path: Path) -> None:
-    """pyspark_fenced_sink.compact: 8 files in 2 partitions -> 2 files, the same 400 rows, a replace snapshot."""
+def test_python_api_rewrites_small_files_on_spark_with_the_same_rows(
+    spark: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """pyspark_fenced_sink.compact: 8 files in 2 partitions -> 2 files, the same 400 rows, a replace snapshot,
+    and progress lines while the Spark job runs."""
+    from pyspark_fenced_sink.ops import compact as compact_module
+
+    monkeypatch.setattr(compact_module, "PROGRESS_EVERY_S", 0.05)
+    caplog.set_level(logging.INFO, logger="pyspark_fenced_sink.ops.compact")
     wh = str(tmp_path / "wh")
     small_appends(spark, wh, TABLE, 4)
     assert live_files(wh, TABLE) == 8
     result = pyspark_fenced_sink.compact(spark, TABLE, min_input_files=3, warehouse=wh)
+    assert any("groups rewritten" in r.getMessage() for r in caplog.records)
     assert (result.outcome, result.input_files, result.output_files, result.rows) == ("applied", 8, 2, 400)
     assert read_ids(spark, wh, TABLE) == list(range(400))
     assert live_files(wh, TABLE) == 2
