@@ -7,6 +7,7 @@ Spark tasks (one per group) and read back with ``spark.read.format("fencedlake")
 from __future__ import annotations
 
 import logging
+import time
 from pathlib import Path
 from typing import Any
 
@@ -75,3 +76,26 @@ def test_cli_compacts_with_the_active_session_and_reports_json(
     assert json.loads(out)["outcome"] == "applied" and "replaced 6 files by 2" in err
     assert read_ids(spark, wh, "db.cli") == list(range(300))
     assert live_files(wh, "db.cli") == 2
+
+
+def test_compaction_beside_a_running_streaming_query_keeps_every_row_exactly_once(spark: Any, tmp_path: Path) -> None:
+    """A streaming query appends micro-batches while compactions run from the driver: exact rows, invariants hold."""
+    from tests.spark.streamutil import input_ids, start_query, write_input
+    from tests.spark.support import assert_exact
+
+    wh, inputs = str(tmp_path / "wh"), tmp_path / "in"
+    for i in range(8):
+        write_input(inputs, f"f{i:02d}", range(i * 10, i * 10 + 10))
+    query = start_query(
+        spark, input_dir=str(inputs), checkpoint=str(tmp_path / "ck"), warehouse=wh, table="db.stream", writer_id="s"
+    )
+    outcomes = []
+    while query.isActive:
+        if embedded_catalog(wh).table_exists("db.stream"):
+            outcomes.append(pyspark_fenced_sink.compact(spark, "db.stream", min_input_files=2, warehouse=wh).outcome)
+        time.sleep(0.2)
+    query.awaitTermination(120)
+    assert query.exception() is None
+    outcomes.append(pyspark_fenced_sink.compact(spark, "db.stream", min_input_files=2, warehouse=wh).outcome)
+    assert "applied" in outcomes
+    assert_exact(wh, "db.stream", input_ids(inputs))
