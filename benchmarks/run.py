@@ -16,7 +16,9 @@ Suites (docs/benchmarks.md says what each measures and shows a run's numbers):
 * ``overwrite``     a dynamic overwrite of 1 of 30 day partitions vs Spark's own
                     ``partitionOverwriteMode=dynamic`` Parquet write;
 * ``read``          Spark reads: full scan and a selective filter, spark.read.format("fencedlake") vs
-                    native Parquet on the same files vs pyiceberg to_arrow + createDataFrame.
+                    native Parquet on the same files vs pyiceberg to_arrow + createDataFrame;
+* ``compaction``    a table of many small files from streaming-like appends: planning and full-scan
+                    time (fencedlake reader, DuckDB) before and after ``compact``, and its time.
 
 ``--quick`` is CI's smoke run (small sizes, one repetition, a few minutes at
 most); ``--full`` is the real measurement. Results go to
@@ -44,8 +46,18 @@ from typing import Any
 from benchmarks.common import SuiteResult
 
 ROOT = Path(__file__).resolve().parents[1]
-SUITES = ("requests", "group-commit", "scaling", "executor", "throughput", "streaming", "overwrite", "read")
-SPARK_SUITES = ("throughput", "streaming", "overwrite", "read")
+SUITES = (
+    "requests",
+    "group-commit",
+    "scaling",
+    "executor",
+    "throughput",
+    "streaming",
+    "overwrite",
+    "read",
+    "compaction",
+)
+SPARK_SUITES = ("throughput", "streaming", "overwrite", "read", "compaction")
 
 PROFILES: dict[str, dict[str, Any]] = {
     "quick": {
@@ -72,6 +84,10 @@ PROFILES: dict[str, dict[str, Any]] = {
         "overwrite_reps": 1,
         "read_rows": 200_000,
         "read_reps": 1,
+        "compaction_commits": 20,
+        "compaction_files_per_commit": 5,
+        "compaction_rows_per_file": 200,
+        "compaction_reps": 1,
     },
     "full": {
         "throughput_rows": [1_000_000, 10_000_000],
@@ -97,6 +113,10 @@ PROFILES: dict[str, dict[str, Any]] = {
         "overwrite_reps": 5,
         "read_rows": 10_000_000,
         "read_reps": 3,
+        "compaction_commits": 400,
+        "compaction_files_per_commit": 5,
+        "compaction_rows_per_file": 500,
+        "compaction_reps": 3,
     },
 }
 
@@ -176,6 +196,7 @@ def main(argv: list[str] | None = None) -> int:
             stream_reps=args.reps,
             overwrite_reps=args.reps,
             read_reps=args.reps,
+            compaction_reps=args.reps,
         )
     if args.read_rows:
         prof["read_rows"] = args.read_rows
@@ -256,6 +277,15 @@ def main(argv: list[str] | None = None) -> int:
             rows=prof["read_rows"],
             reps=prof["read_reps"],
             partitions=args.partitions,
+            workdir=args.workdir,
+            log=log,
+        ),
+        "compaction": lambda: _import("compaction").run(
+            spark=spark(),
+            commits=prof["compaction_commits"],
+            files_per_commit=prof["compaction_files_per_commit"],
+            rows_per_file=prof["compaction_rows_per_file"],
+            reps=prof["compaction_reps"],
             workdir=args.workdir,
             log=log,
         ),

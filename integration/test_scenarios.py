@@ -207,11 +207,13 @@ def test_kill_matrix_covers_every_named_fail_point() -> None:
 
     ``stream.after-register`` is passed only by streaming runs: tests/spark/test_streaming.py's kill matrix kills
     a whole Spark application there. ``read.before-file`` is on the read path, which writes nothing:
-    tests/spark/test_stream_read.py kills a fencedlake -> fencedlake pipeline there.
+    tests/spark/test_stream_read.py kills a fencedlake -> fencedlake pipeline there. The ``compact.*`` points are
+    compaction's own steps: tests/test_compaction_crash.py kills a compaction at each.
     """
     from pyspark_fenced_sink.failpoints import POINTS
 
-    assert set(WRITE_POINTS) | set(GC_POINTS) | {"stream.after-register", "read.before-file"} == POINTS
+    elsewhere = {"stream.after-register", "read.before-file", "compact.after-plan", "compact.after-rewrite"}
+    assert set(WRITE_POINTS) | set(GC_POINTS) | elsewhere == POINTS
 
 
 #: The CI-sized kill matrix on targets other than pg-s3: a point before the WAL put (orphans for gc),

@@ -10,10 +10,13 @@ For write throughput, call :func:`tune_session` on the driver's SparkSession
 once (see :mod:`pyspark_fenced_sink.spark.tuning`); to write from several
 Python threads, :func:`activate_session` in each (see
 :mod:`pyspark_fenced_sink.spark.session`); to get the typed error back from a
-Spark exception, :func:`fencedlake_error`.
+Spark exception, :func:`fencedlake_error`; to compact small data files,
+:func:`compact` (see :mod:`pyspark_fenced_sink.ops.compact`).
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from pyspark_fenced_sink import errors
 from pyspark_fenced_sink.errors import *  # noqa: F403 - the error kinds are part of the public API
@@ -25,5 +28,13 @@ __version__ = "0.1.0.dev0"
 
 DefaultSource = FencedLakeDataSource
 
-__all__ = ["DefaultSource", "FencedLakeDataSource", "__version__", "activate_session", "tune_session"]
+
+def compact(spark: Any, table: str, **kwargs: Any) -> Any:
+    """Compact ``table``'s small data files (``ops.compact.compact``; imported here lazily: workers stay light)."""
+    from pyspark_fenced_sink.ops.compact import compact as run
+
+    return run(spark, table, **kwargs)
+
+
+__all__ = ["DefaultSource", "FencedLakeDataSource", "__version__", "activate_session", "compact", "tune_session"]
 __all__ += errors.__all__

@@ -48,6 +48,8 @@ POINTS = frozenset(
         "gc.after-barrier",
         "gc.before-delete",
         "read.before-file",
+        "compact.after-plan",
+        "compact.after-rewrite",
     }
 )
 

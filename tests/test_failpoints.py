@@ -56,6 +56,8 @@ def test_the_protocol_steps_are_the_named_points() -> None:
         "commit.after-wal-put",
         "commit.before-catalog-commit",
         "commit.before-wal-put",
+        "compact.after-plan",
+        "compact.after-rewrite",
         "driver.after-open",
         "executor.after-file-written",
         "gc.after-barrier",

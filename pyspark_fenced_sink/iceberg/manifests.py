@@ -1,4 +1,4 @@
-"""Manifest maintenance of append commits (PROTOCOL.md §5.2; driver).
+"""Manifest maintenance of append commits (PROTOCOL.md §5.3; driver).
 
 Every append commit writes one new manifest. Without maintenance a table
 written by a streaming query has one manifest per commit: each commit then
@@ -14,7 +14,7 @@ own: ``commit.manifest-merge.enabled`` is **on** when the table does not say
 (Iceberg Java's default; pyiceberg's is off). The merge happens inside the
 one catalog commit, on the commit's base: it changes which manifests list the
 live files, never which files are live, the snapshot summary or the
-committed state (PROTOCOL.md §5.2 says why that keeps I1 and I2).
+committed state (PROTOCOL.md §5.3 says why that keeps I1 and I2).
 
 A malformed value fails a write at planning (:func:`merge_settings` with
 ``strict``, called by ``write_properties.validate_write_properties``); one

@@ -135,26 +135,28 @@ def _unbound(text: str, schema_json: str) -> BooleanExpression:
     return visit(parse(text), _Normalize(schema))
 
 
-def _parsed(text: str, schema: Schema) -> BooleanExpression:
+def _parsed(text: str, schema: Schema, what: str = "option replace-where") -> BooleanExpression:
     try:
         expr = _unbound(text, schema.model_dump_json())
         bind(schema, expr, _CASE_SENSITIVE)
     except Exception as e:  # noqa: BLE001 - pyparsing's ParseException, pyiceberg's ValueError/TypeError ...
         raise InvalidOptionsError(
-            f"option replace-where={text!r} is invalid: {type(e).__name__}: {str(e).splitlines()[0][:300]}; "
+            f"{what}={text!r} is invalid: {type(e).__name__}: {str(e).splitlines()[0][:300]}; "
             "expected an Iceberg filter over the table's columns, e.g. \"ts >= '2026-01-01' AND region = 'eu'\""
         ) from None
     return expr
 
 
-def bind_row_filter(text: str, schema: Schema) -> BooleanExpression:
+def bind_row_filter(text: str, schema: Schema, what: str = "option replace-where") -> BooleanExpression:
     """``text`` bound to ``schema`` (case-insensitive names, normalized timestamp literals).
+
+    ``what`` names the filter in the error message (an option, a CLI flag).
 
     Raises:
         InvalidOptionsError: the filter does not parse, names a column the table lacks, or a literal does
             not fit its column's type.
     """
-    return bind(schema, _parsed(text, schema), _CASE_SENSITIVE)
+    return bind(schema, _parsed(text, schema, what), _CASE_SENSITIVE)
 
 
 def row_violations(batch: pa.RecordBatch, text: str, schema_json: str) -> pa.RecordBatch:

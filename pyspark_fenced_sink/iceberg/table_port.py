@@ -52,6 +52,7 @@ from pyspark_fenced_sink.errors import CorruptControlDataError, InvalidOptionsEr
 from pyspark_fenced_sink.iceberg.branches import StagedCommit, live_data_files, ref_requirements, snapshot_history
 from pyspark_fenced_sink.iceberg.datafiles import decode_data_file, encode_partition
 from pyspark_fenced_sink.iceberg.manifests import append_producer
+from pyspark_fenced_sink.iceberg.rewrite import compaction_producer
 from pyspark_fenced_sink.iceberg.row_filter import file_matcher
 from pyspark_fenced_sink.protocol.commit import CommitConflict, CommitUnknown
 from pyspark_fenced_sink.protocol.reconcile import ReconcilePlan
@@ -372,4 +373,5 @@ _PRODUCERS: dict[WriteMode, Callable[[StagedCommit, WalEntry | None], Any]] = {
     WriteMode.DYNAMIC: _replace,
     WriteMode.REPLACE_WHERE: _replace,
     WriteMode.PUBLISH: _publish,
+    WriteMode.COMPACT: compaction_producer,
 }

@@ -1,4 +1,4 @@
-"""The ``fencedlake`` operator CLI: status, wal, recover, gc, fence, skip, repair-state, publish (PROTOCOL.md §5-§8).
+"""The ``fencedlake`` operator CLI: status, wal, recover, gc, fence, skip, repair-state, publish, compact (§5-§8).
 
 It takes the same catalog configuration as the sink: the embedded default
 (``--warehouse``, else ``$FENCEDLAKE_WAREHOUSE``, else ``./fencedlake-warehouse``),
@@ -6,8 +6,8 @@ a named pyiceberg catalog (``--catalog NAME``), or pyiceberg properties
 (``--catalog-prop key=value``, repeatable). Every command prints a readable
 table, or JSON with ``--json``. Exit status: 0 done, 2 bad input or a table
 that cannot be read (the message says which object and what to do), 3 work
-left undone (entries wait behind a missing WAL position, or a barrier is
-durable but not committed: the message says what blocks it), 1 an
+left undone (entries wait behind a missing WAL position, a barrier is
+durable but not committed, a compaction was refused: the message says what blocks it), 1 an
 unexpected failure. Nothing here takes a lock: every change goes through the
 protocol (a WAL barrier and a catalog commit), so it is safe while writers run.
 """
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import sys
 import time
@@ -95,6 +96,14 @@ _HELP = {
         "commit, in WAL order). Refused, with nothing changed, if main changed data since the branch forked "
         "(not a fast-forward) or the branch does not exist. Writers keep writing meanwhile.",
     ),
+    "compact": (
+        "rewrite small data files into large ones (runs a local Spark session)",
+        "Plan groups of small data files per partition of main (smaller than 75%% of the target size, at least "
+        "--min-input-files of them in a partition), rewrite each group with Spark (a local[*] session is "
+        "started if this process has none; --no-spark rewrites in this process) and commit one 'compact' WAL "
+        "entry: applied only if every input file is still live, else refused with its outputs removed and "
+        "nothing changed (exit 3; run it again). Rows never change; writers keep writing meanwhile.",
+    ),
     "fence": (
         "fence every running incarnation of a writer",
         "Put a fence barrier for WRITER_ID and commit it: every running incarnation of that writer gets "
@@ -167,6 +176,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--retain-last", type=int, default=10, help="snapshots always kept when expiring (default 10)")
     p.add_argument("--dry-run", action="store_true", help="list what would be removed, change nothing")
     commands["fence"].add_argument("writer_id")
+    _compact_arguments(commands["compact"])
     commands["publish"].add_argument("branch", help="the branch to publish to main")
     p = commands["skip"]
     p.add_argument("seq", type=int, help="the missing WAL position")
@@ -181,6 +191,18 @@ def _parser() -> argparse.ArgumentParser:
         "(default: <location>/_fencedlake/<table uuid>)",
     )
     return parser
+
+
+def _compact_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--where", default=None, metavar="FILTER", help="only files that may hold rows matching FILTER")
+    p.add_argument(
+        "--target-file-size", type=int, default=None, metavar="BYTES", help="output file size (default: the table's)"
+    )
+    p.add_argument(
+        "--min-input-files", type=int, default=5, metavar="N", help="small files a partition needs (default 5)"
+    )
+    p.add_argument("--dry-run", action="store_true", help="plan and show the groups, change nothing")
+    p.add_argument("--no-spark", action="store_true", help="rewrite in this process, without Spark (small tables)")
 
 
 def _open(args: argparse.Namespace, **kwargs: Any) -> Any:
@@ -457,6 +479,50 @@ def _cmd_publish(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_compact(args: argparse.Namespace) -> int:
+    from pyspark_fenced_sink.ops.compact import compact_table, local_runner, spark_runner
+
+    progress = logging.StreamHandler(sys.stderr)  # the compaction's progress lines (INFO) on stderr
+    progress.setFormatter(logging.Formatter("[fencedlake] %(message)s"))
+    log = logging.getLogger("pyspark_fenced_sink.ops.compact")
+    level, propagate = log.level, log.propagate
+    log.addHandler(progress)
+    log.setLevel(logging.INFO)
+    log.propagate = False  # printed once here, not again by a FENCEDLAKE_LOG_LEVEL handler
+    try:
+        opened = _open(args)
+        spark = None if args.no_spark or args.dry_run else _local_spark()
+        result = compact_table(
+            opened,
+            args.table,
+            local_runner if spark is None else spark_runner(spark),
+            where=args.where,
+            target_file_size=args.target_file_size,
+            min_input_files=args.min_input_files,
+            dry_run=args.dry_run,
+        )
+    finally:
+        log.removeHandler(progress)
+        log.setLevel(level)
+        log.propagate = propagate
+    _emit(args, asdict(result), [])
+    if result.outcome == "refused":
+        print(f"fencedlake compact: refused, nothing changed: {result.detail}", file=sys.stderr)
+        return EXIT_UNDONE
+    return 0
+
+
+def _local_spark() -> Any:
+    """This process's active SparkSession, or a new local[*] one."""
+    from pyspark.sql import SparkSession
+
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        return active
+    print("[fencedlake] compact: starting a local Spark session (local[*])", file=sys.stderr, flush=True)
+    return SparkSession.builder.master("local[*]").appName("fencedlake-compact").getOrCreate()
+
+
 _COMMANDS = {
     "status": _cmd_status,
     "wal": _cmd_wal,
@@ -466,6 +532,7 @@ _COMMANDS = {
     "skip": _cmd_skip,
     "repair-state": _cmd_repair_state,
     "publish": _cmd_publish,
+    "compact": _cmd_compact,
 }
 
 

@@ -49,11 +49,13 @@ def data_entry(
     row_filter: str | None = None,
     branch: str | None = None,
     properties: Mapping[str, str] | None = None,
+    inputs: Sequence[str] = (),
 ) -> WalEntry:
     """The data entry of a write by ``identity``.
 
     A ``DYNAMIC`` entry's partition set is the set of partitions its files were
-    written to (an empty write replaces nothing).
+    written to (an empty write replaces nothing). A ``COMPACT`` entry's ``inputs`` are the
+    paths of the files its files replace.
     """
     mode = WriteMode(mode)
     return WalEntry(
@@ -68,6 +70,7 @@ def data_entry(
         row_filter=row_filter,
         branch=branch,
         properties=tuple(sorted((properties or {}).items())),
+        inputs=tuple(sorted(inputs)),
         rows=rows,
         spec_id=spec_id,
         untuned=untuned,

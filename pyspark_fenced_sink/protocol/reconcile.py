@@ -38,7 +38,7 @@ only ``APPLIED`` data and publish entries change the table. Every catalog
 commit targets one branch (PROTOCOL.md §5.1): its first applied entry (the
 *head*) decides the branch, the snapshot properties and the mode; after it, only
 appends to the same branch with the same snapshot properties join, and only if
-the head takes them (a publish takes none). Any other applied entry starts the
+the head takes them (a publish and a compaction take none). Any other applied entry starts the
 next commit, so a commit is one append, or one atomic replace followed by the
 appends that come after it in WAL order, on one branch.
 """

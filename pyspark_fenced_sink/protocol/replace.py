@@ -13,7 +13,11 @@ port) reads the target branch's live files on the version it commits on —
   file with rows on both sides of it (or that statistics cannot place) makes
   the entry :class:`EntryRefused` — the rule of Iceberg's
   ``OverwriteFiles.overwriteByRowFilter``: a file is removed only if every row
-  in it must match, and no row outside the filter is ever lost.
+  in it must match, and no row outside the filter is ever lost;
+* ``COMPACT``: exactly the entry's input files, all of which must still be
+  live (else :class:`EntryRefused`: an input was removed or replaced since the
+  compaction read it, and adding its rewritten rows would resurrect or
+  duplicate them — Iceberg's ``RewriteFiles`` validation).
 
 :func:`check_fast_forward` decides whether a ``publish`` may move main to a
 branch's head: main's head must be an ancestor of it, or every main snapshot
@@ -123,7 +127,23 @@ def removals(
             if verdict is Match.ALL:
                 doomed.append(f)
         return doomed
+    if mode is WriteMode.COMPACT:
+        return _compaction_inputs(entry, live)
     return []
+
+
+def _compaction_inputs(entry: WalEntry, live: Sequence[LiveFile]) -> list[LiveFile]:
+    """The live files a compaction replaces: all of its inputs, or it is refused."""
+    by_path = {f.path: f for f in live}
+    gone = [p for p in entry.inputs if p not in by_path]
+    if gone or not entry.inputs:
+        raise EntryRefused(
+            f"compaction of {len(entry.inputs)} file(s) is refused: {len(gone)} of its input files (e.g. "
+            f"{gone[0] if gone else 'none given'}) are no longer live on branch {entry.target} (removed by an "
+            "overwrite or another compaction since it read them); nothing was changed, the inputs' rows stay "
+            "as they are. Run the compaction again"
+        )
+    return [by_path[p] for p in entry.inputs]
 
 
 def check_fast_forward(

@@ -13,8 +13,9 @@ Entry kinds:
 
 * ``data``   — a write's files (or none) and how they change the table
   (:class:`WriteMode`: append, overwrite, dynamic partition overwrite with its
-  partition set, replace-where with its row filter), the target branch and
-  snapshot properties, with the writer identity, epoch, batch id and run;
+  partition set, replace-where with its row filter, compaction with its input
+  files), the target branch and snapshot properties, with the writer identity,
+  epoch, batch id and run;
 * ``fence``  — a fence barrier: the writer's epoch becomes this entry's seq;
   older epochs' entries after it are never applied (I4). Batch writers put
   one when they open, streaming runs when they register, the CLI to fence;
@@ -26,7 +27,8 @@ Entry kinds:
 
 Format compatibility: entries are written with format version 2 unless they use
 a field added in version 3 (a write mode other than append/overwrite, a
-partition set, a row filter, a branch, snapshot properties, a publish entry), so
+partition set, a row filter, a branch, snapshot properties, a publish entry,
+compaction inputs), so
 a fleet that upgrades writer by writer keeps working for plain appends; a
 version-2 reader refuses a version-3 entry with an upgrade hint instead of
 misreading it (e.g. applying a branch write to main). Version 3 readers read both.
@@ -118,7 +120,9 @@ class WriteMode(str, Enum):
     * ``DYNAMIC`` removes the live files of the partitions in the entry's partition set;
     * ``REPLACE_WHERE`` removes the live files whose rows all match the entry's row filter,
       and is refused if a live file has rows on both sides of it;
-    * ``PUBLISH`` fast-forwards main to the entry's branch (``publish`` entries).
+    * ``PUBLISH`` fast-forwards main to the entry's branch (``publish`` entries);
+    * ``COMPACT`` replaces the entry's input files (``WalEntry.inputs``) by its files, rows unchanged
+      (a ``replace`` snapshot), and is refused unless every input is still live; it commits alone.
     """
 
     APPEND = "append"
@@ -126,6 +130,7 @@ class WriteMode(str, Enum):
     DYNAMIC = "dynamic"
     REPLACE_WHERE = "filter"
     PUBLISH = "publish"
+    COMPACT = "compact"
 
     @property
     def replaces_rows(self) -> bool:
@@ -135,7 +140,7 @@ class WriteMode(str, Enum):
     @property
     def takes_appends(self) -> bool:
         """True if appends after an entry of this mode may join its catalog commit."""
-        return self is not WriteMode.PUBLISH
+        return self not in (WriteMode.PUBLISH, WriteMode.COMPACT)
 
 
 @dataclass(frozen=True)
@@ -167,6 +172,7 @@ class WalEntry:
         branch: The branch the entry writes to (``publish``: the branch main is fast-forwarded to);
             None is main.
         properties: Snapshot properties for the commit that applies the entry, as sorted (key, value) pairs.
+        inputs: ``COMPACT``: the paths of the data files the entry's files replace, sorted.
     """
 
     kind: EntryKind
@@ -191,6 +197,7 @@ class WalEntry:
     row_filter: str | None = None
     branch: str | None = None
     properties: tuple[tuple[str, str], ...] = ()
+    inputs: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         # Callers may pass the enums' string values (``mode="overwrite"``); store the enums.
@@ -218,6 +225,7 @@ def _uses_version_3(entry: WalEntry) -> bool:
         or entry.row_filter is not None
         or entry.branch is not None
         or entry.properties
+        or entry.inputs
     )
 
 
@@ -245,6 +253,7 @@ def encode_entry(entry: WalEntry) -> bytes:
         "filter": entry.row_filter,
         "branch": entry.branch,
         "props": dict(entry.properties) or None,
+        "inputs": list(entry.inputs) or None,
     }
     body.update({k: v for k, v in optional.items() if v is not None})
     return dumps(body).encode()
@@ -278,6 +287,7 @@ def decode_entry(data: bytes, key: str = "?") -> WalEntry:
             row_filter=None if body.get("filter") is None else str(body["filter"]),
             branch=None if body.get("branch") is None else str(body["branch"]),
             properties=_property_pairs(body.get("props")),
+            inputs=_path_tuple(body.get("inputs")),
         )
     except MALFORMED as e:
         seq = seq_of(key)
@@ -311,6 +321,15 @@ def _partition_tuple(value: Any) -> tuple[tuple[str | None, ...], ...]:
     ):
         raise ValueError(f"'parts' must be a list of encoded partition tuples, found {json.dumps(value)[:80]}")
     return tuple(tuple(p) for p in value)
+
+
+def _path_tuple(value: Any) -> tuple[str, ...]:
+    """The ``inputs`` field: a JSON list of file paths, or absent."""
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ValueError(f"'inputs' must be a list of file paths, found {json.dumps(value)[:80]}")
+    return tuple(value)
 
 
 def _property_pairs(value: Any) -> tuple[tuple[str, str], ...]:

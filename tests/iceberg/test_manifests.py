@@ -1,4 +1,4 @@
-"""Manifest merging on append commits (iceberg.manifests; PROTOCOL.md §5.2; I1, I2)."""
+"""Manifest merging on append commits (iceberg.manifests; PROTOCOL.md §5.3; I1, I2)."""
 
 from __future__ import annotations
 

@@ -3,7 +3,8 @@
 One *schedule* = a fresh catalog with one table, a random mix of simulated
 processes (anonymous batch appends, static and dynamic overwrites and
 replace-where writes, some to a branch and some with snapshot properties, a
-``publish`` of that branch, ``writer.id`` batch jobs with batch ids, zombies
+``publish`` of that branch, compactions that replace some of main's live files
+by one file holding their rows, ``writer.id`` batch jobs with batch ids, zombies
 and retries of fenced batches, streaming runs that restart, replay and
 overlap, a gc process that truncates the WAL, expires
 anonymous writes and removes orphan files, a helper that runs ``recover``,
@@ -21,7 +22,8 @@ Every process runs the production code paths (``fencing``, ``outcome``,
 
 Model data files carry a partition ``part`` (0 or 1) and the range
 ``lo..hi`` of a column ``v``; model row filters are ``part = P`` and
-``v >= K`` (``memory_port.model_match``).
+``v >= K`` (``memory_port.model_match``). A file holds the rows of its ``key``,
+a compaction's output those of its inputs (``keys``; :func:`keys_of`).
 """
 
 from __future__ import annotations
@@ -53,7 +55,16 @@ from pyspark_fenced_sink.protocol.publish import publish_entry
 from pyspark_fenced_sink.protocol.reconcile import Outcome
 from pyspark_fenced_sink.protocol.repair import SkipRefused, repair_state, skip_position
 from pyspark_fenced_sink.protocol.view import TableIdentity, bind
-from pyspark_fenced_sink.protocol.wal import MAIN_BRANCH, TOKEN_CHARS, EntryKind, Wal, WalEntry, decode_entry
+from pyspark_fenced_sink.protocol.wal import (
+    MAIN_BRANCH,
+    TOKEN_CHARS,
+    EntryKind,
+    Wal,
+    WalEntry,
+    WriteMode,
+    decode_entry,
+    encoded_path,
+)
 from pyspark_fenced_sink.store.memory import MemoryStore
 
 from .memory_port import NAME, MemoryCatalog, MemoryTable, MemoryTablePort
@@ -295,6 +306,55 @@ def anon_write(env: Env, name: str, target: Target) -> None:
     _run_write(env, write, entry, ctx)
 
 
+def keys_of(f: Mapping[str, Any]) -> list[str]:
+    """The row sets a model file holds: its own key, or (a compaction's output) its inputs' keys."""
+    return [str(k) for k in f["keys"]] if "keys" in f else [str(f["key"])]
+
+
+def compact_process(env: Env, name: str, delay: float) -> None:
+    """``fencedlake compact``: read main's live files, rewrite 1-3 of one partition into one, put a compact entry."""
+    env.sched.sleep(delay)
+    write = Write(name, f"compact:{name}")
+    ctx = _begin(env, write)
+    if ctx is None:
+        return
+    try:
+        view = ctx.load()
+        ident = open_writer(ctx, None, view=view)
+    except WRITE_ERRORS as e:
+        write.error = e
+        return
+    parts: list[int] = []
+    live: list[Mapping[str, Any]] = []
+    for _ in range(4):  # wait (a little) for main to have a file
+        table = env.catalog.tables.get(NAME)
+        if table is None or table.uuid != view.table_uuid:
+            return
+        with table.lock:  # planning: the files live on main now
+            live = list(table.files)
+        parts = sorted({int(f["part"]) for f in live})
+        if parts:
+            break
+        env.sched.sleep(0.3)
+    env.sched.checkpoint()
+    if not parts:
+        return
+    part = env.feat.choice(parts)
+    candidates = sorted((f for f in live if f["part"] == part), key=lambda f: str(f["p"]))
+    inputs = env.feat.sample(candidates, min(len(candidates), env.feat.randint(1, 3)))
+    tag = _tag(ctx, ident.writer, True, None, ident.opened, None)
+    out_name = FileTag(tag.writer, True, None, tag.opened, None, 0, 0, table=tag.table).file_name()
+    lo, hi = min(int(f["lo"]) for f in inputs), max(int(f["hi"]) for f in inputs)
+    out = {
+        **env.encode_file(out_name, f"{write.key}#0", part, lo, hi),
+        "keys": sorted(k for f in inputs for k in keys_of(f)),
+    }
+    env.disk[str(out["p"])] = FileTag.parse(out_name) or tag
+    paths = [encoded_path(f) for f in inputs]
+    entry = data_entry(ident, [out], mode=WriteMode.COMPACT, spec_id=view.spec_id, inputs=paths)
+    _run_write(env, write, entry, ctx)
+
+
 def publish_process(env: Env, name: str, delay: float) -> None:
     """``fencedlake publish TABLE audit``: fast-forward main to the branch through the WAL."""
     env.sched.sleep(delay)
@@ -523,6 +583,10 @@ def build_schedule(env: Env) -> None:
     if env.features and feat.random() < 0.3:
         delay = feat.uniform(0.05, 0.6)
         spawn("publish", lambda: publish_process(env, "publish", delay))
+    if env.features and feat.random() < 0.5:
+        for c in range(feat.randint(1, 2)):
+            delay = feat.uniform(0.1, 1.0)
+            spawn(f"compact{c}", lambda c=c, d=delay: compact_process(env, f"compact{c}", d))
 
 
 class Backend(Protocol):
@@ -634,6 +698,13 @@ def coverage(env: Env, finals: list[Final]) -> Counter[str]:
             c["branch writes applied"] += w.entry.branch is not None
             c["writes with snapshot properties applied"] += bool(w.entry.properties)
     c["overwrites applied"] = c["overwrite applied"]
+    c["compaction refused"] += sum(
+        w.entry is not None
+        and w.entry.mode is WriteMode.COMPACT
+        and isinstance(w.error, WriteRejectedError)
+        and w.error.fields.get("outcome") == Outcome.REFUSED.name
+        for w in env.writes
+    )
     c["fenced batch retried and applied"] += sum(
         1
         for a, b in itertools.pairwise(env.writes)
@@ -730,10 +801,10 @@ def _check_table(env: Env, final: Final, writes: list[Write], key_table: Mapping
     by_token.update({e.token[:TOKEN_CHARS]: e for e in entries.values()})
     applied_tokens = Counter(tok for tok, o in outcome_at.values() if o is Outcome.APPLIED)
     for branch in (MAIN_BRANCH, *t.branches):
-        dup_keys = {k: c for k, c in Counter(str(f["key"]) for f in t.live(branch)).items() if c > 1}
+        dup_keys = {k: c for k, c in Counter(k for f in t.live(branch) for k in keys_of(f)).items() if c > 1}
         if dup_keys:
             v.append(f"I1: {name}: duplicated rows on branch {branch}: {dup_keys}")
-    keys = {str(f["key"]) for f in t.all_live()}
+    keys = {k for f in t.all_live() for k in keys_of(f)}
     if any(c > 1 for c in applied_tokens.values()):
         v.append(f"I1/I7: {name}: an entry was applied twice: {[k for k, c in applied_tokens.items() if c > 1]}")
     # I8: rows of a table come only from writes made to that table (never another table's replayed log).
@@ -741,10 +812,11 @@ def _check_table(env: Env, final: Final, writes: list[Write], key_table: Mapping
     if foreign:
         v.append(f"I8: {name}: rows written to another table (by identity) are in this one: {foreign[:4]}")
     applied_keys = {
-        str(f["key"])
+        k
         for tok, o in outcome_at.values()
         if o is Outcome.APPLIED and (entry := by_token.get(tok)) is not None
         for f in entry.files
+        for k in keys_of(f)
     }
     for key in sorted(keys - applied_keys):
         v.append(f"model: {name}: {key} is in the table but no applied entry carries it")
@@ -757,9 +829,10 @@ def _check_table(env: Env, final: Final, writes: list[Write], key_table: Mapping
             v.extend(_check_duplicate(w, outcome_at, by_token))
         elif w.outcome is Outcome.APPLIED:
             v.extend(
-                f"I1/I9: {w.proc} reported APPLIED for {f['key']} but it was never applied"
+                f"I1/I9: {w.proc} reported APPLIED for {k} but it was never applied"
                 for f in w.entry.files
-                if str(f["key"]) not in applied_keys
+                for k in keys_of(f)
+                if k not in applied_keys
             )
         paths = {str(f["p"]) for f in w.entry.files}
         if isinstance(w.error, (FencedWriterError, WriteRejectedError)) and paths & t.ever_referenced:

@@ -7,7 +7,9 @@ the semantics of docs/PROTOCOL.md §5.1 stated directly on the model's files —
 * append adds; static overwrite removes every live file of its branch; dynamic
   overwrite removes the live files of the partitions its own files are in (none for an
   empty write); replace-where removes the live files whose ``v`` range or partition
-  lies wholly inside its filter, and must have been refused if one straddles it;
+  lies wholly inside its filter, and must have been refused if one straddles it; a
+  compaction removes its input files, and must have been refused if one is no longer
+  live;
 * the first commit on a branch forks it from main (an empty main snapshot first, on a
   table without one); each commit is one snapshot on its branch, "changed data" if it
   added or removed a file;
@@ -93,6 +95,10 @@ def _apply(lake: _Lake, branch: str, entry: WalEntry, v: list[str], seq: int) ->
         if Match.SOME in verdicts.values():
             v.append(f"model: WAL seq {seq} replace-where {entry.row_filter!r} applied over a straddling file")
         doomed = {p for p, m in verdicts.items() if m is Match.ALL}
+    elif entry.mode is WriteMode.COMPACT:
+        if not set(entry.inputs) <= set(live):
+            v.append(f"model: WAL seq {seq} compaction applied although an input was no longer live")
+        doomed = set(entry.inputs) & set(live)
     else:
         doomed = set()
     for path in doomed:
@@ -105,7 +111,12 @@ def _commit(lake: _Lake, record_first: int, decided: list[tuple[int, Outcome, Wa
     v: list[str] = []
     for seq, outcome, entry in decided:
         if outcome is Outcome.REFUSED:
-            refusable = not lake.may_publish(entry.branch) if entry.kind is EntryKind.PUBLISH else lake.straddles(entry)
+            if entry.kind is EntryKind.PUBLISH:
+                refusable = not lake.may_publish(entry.branch)
+            elif entry.mode is WriteMode.COMPACT:
+                refusable = not set(entry.inputs) <= set(lake.live(entry.target))
+            else:
+                refusable = lake.straddles(entry)
             if not refusable:
                 v.append(f"model: WAL seq {seq} was refused, but replaying the WAL in order applies it")
     applied = [(s, e) for s, o, e in decided if o is Outcome.APPLIED and e.kind in (EntryKind.DATA, EntryKind.PUBLISH)]

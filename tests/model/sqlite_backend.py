@@ -49,7 +49,7 @@ _SCHEMA = Schema(
 )
 _SPEC = PartitionSpec(PartitionField(source_id=2, field_id=1000, transform=IdentityTransform(), name="part"))
 #: pyiceberg's retry (only used by the rebase mutant) should not sleep for real; every second append merges
-#: manifests (PROTOCOL.md §5.2), so the schedules check the invariants across merging commits too.
+#: manifests (PROTOCOL.md §5.3), so the schedules check the invariants across merging commits too.
 _FAST_RETRY = {
     "commit.retry.min-wait-ms": "1",
     "commit.retry.max-wait-ms": "2",

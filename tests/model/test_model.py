@@ -97,6 +97,8 @@ def test_random_schedules_keep_every_invariant() -> None:
             "publish applied",
             "branch writes applied",
             "writes with snapshot properties applied",
+            "compact applied",
+            "compaction refused",
         ):
             assert stats[case] > 0, f"no schedule reached {case!r}: the model lost coverage"
 
@@ -207,6 +209,14 @@ def _straddlers_removed_whole(entry, live, match=None):  # type: ignore[no-untyp
 _ORIGINAL_REMOVALS = replace_module.removals
 
 
+def _compaction_without_liveness(entry, live, match=None):  # type: ignore[no-untyped-def]
+    """A compaction applied with whichever of its inputs are still live (the rest already removed)."""
+    if entry.mode is not WriteMode.COMPACT:
+        return _ORIGINAL_REMOVALS(entry, live, match)
+    wanted = set(entry.inputs)
+    return [f for f in live if f.path in wanted]
+
+
 def _publish_without_check(branch, main_head, branch_head, history):  # type: ignore[no-untyped-def]
     """A publish that moves main to the branch even when main changed data since the fork."""
     return branch_head if branch_head is not None else _ORIGINAL_FAST_FORWARD(branch, main_head, branch_head, history)
@@ -277,6 +287,10 @@ MUTANTS = {
     ),
     "replace-where removes a straddling file whole": (
         _patched(replace_module, "removals", _straddlers_removed_whole),
+        {},
+    ),
+    "a compaction applied although an input was already removed": (
+        _patched(replace_module, "removals", _compaction_without_liveness),
         {},
     ),
     "publish without the fast-forward check": (
