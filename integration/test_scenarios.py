@@ -536,8 +536,9 @@ def test_unknown_catalog_commit_outcome_is_resolved_by_lookup_never_retried_blin
     assert first["ok"] and first["outcome"] == "APPLIED", first
     assert first["unknowns"] == 1, first
     # Landed: one attempt, then found by its token in the commit record -- no second commit (never a blind
-    # retry). Not landed: re-read, still pending, committed by a second attempt.
-    expected = (1, 0, False) if landed else (2, 1, False)
+    # retry); the record found is the one this writer sent, so it counts as its catalog commit. Not landed:
+    # re-read, still pending, committed by a second attempt.
+    expected = (1, 1, False) if landed else (2, 1, False)
     assert (first["attempts"], first["catalog_commits"], first["by_peer"]) == expected, first
     if mode != "commit-state-unknown":
         assert lost == [(mode, landed)], lost
