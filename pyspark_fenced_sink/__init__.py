@@ -11,7 +11,9 @@ once (see :mod:`pyspark_fenced_sink.spark.tuning`); to write from several
 Python threads, :func:`activate_session` in each (see
 :mod:`pyspark_fenced_sink.spark.session`); to get the typed error back from a
 Spark exception, :func:`fencedlake_error`; to compact small data files,
-:func:`compact` (see :mod:`pyspark_fenced_sink.ops.compact`).
+:func:`compact` (see :mod:`pyspark_fenced_sink.ops.compact`); to read a table
+through Spark's own Parquet reader where that is exact, :func:`read_table`
+(see :mod:`pyspark_fenced_sink.spark.native_read`).
 """
 
 from __future__ import annotations
@@ -36,5 +38,20 @@ def compact(spark: Any, table: str, **kwargs: Any) -> Any:
     return run(spark, table, **kwargs)
 
 
-__all__ = ["DefaultSource", "FencedLakeDataSource", "__version__", "activate_session", "compact", "tune_session"]
+def read_table(spark: Any, table: str, **kwargs: Any) -> Any:
+    """Read ``table`` through Spark's Parquet reader where exact (``spark.native_read.read_table``; lazy import)."""
+    from pyspark_fenced_sink.spark.native_read import read_table as run
+
+    return run(spark, table, **kwargs)
+
+
+__all__ = [
+    "DefaultSource",
+    "FencedLakeDataSource",
+    "__version__",
+    "activate_session",
+    "compact",
+    "read_table",
+    "tune_session",
+]
 __all__ += errors.__all__

@@ -1,0 +1,232 @@
+"""``read_table``: a batch read through Spark's own Parquet reader when the table allows it (driver).
+
+Why it exists: ``spark.read.format("fencedlake")`` is a Python data source, and
+Spark reads Python sources row by row after the batches cross a socket as Arrow
+IPC; on a full scan that path runs at about 0.6x Spark's native Parquet scan of
+the same files, and a bare pyarrow source with no Iceberg logic runs at the same
+speed (docs/benchmarks.md section 7). Planning is the part that needs Iceberg;
+decoding does not. :func:`read_table` plans the read with pyiceberg exactly as
+the data source does (same options, time travel, snapshot, schema) and, when
+reading the planned files by Parquet field id gives the same rows, hands them to
+``spark.read.parquet`` with the table's schema: Spark's vectorized reader then
+decodes them in the JVM.
+
+Field ids, not names: the Spark schema carries each column's Iceberg field id
+(``parquet.field.id`` metadata) and the session's
+``spark.sql.parquet.fieldId.read.enabled`` is set, so a renamed, dropped,
+re-added or added column reads as Iceberg reads it (a column a file does not
+have reads as null). :func:`read_table` sets that conf when the session has not
+set it; it changes only reads whose requested schema carries field ids. A
+session that set it to false explicitly gets the data source path.
+
+The native path is taken only when it gives the same rows as the data source:
+
+* no delete files apply to the planned files (the data source applies
+  positional deletes; Spark's Parquet reader knows nothing of them);
+* the table has no ``schema.name-mapping.default`` (files without field ids);
+* every column's type reads the same through Spark's Parquet reader (not
+  ``uuid``, which the data source returns as text; not ``time`` or v3
+  ``unknown``), and no column has a v3 default value;
+* every data file is local (``file:`` or a plain path) - Spark's Parquet reader
+  opens other schemes through Hadoop connectors that a pip-installed PySpark
+  does not have. ``native=True`` takes the native path for any scheme (the
+  session must then have the connector and its credentials);
+* no data file path holds a glob character (Spark expands load paths as globs).
+
+Otherwise the read goes through ``spark.read.format("fencedlake")`` with the
+same options, and the reason is logged. Either way the rows are the same; what
+differs: a native DataFrame's columns are all nullable (Spark's file sources
+make them so), file pruning uses Spark's row-group statistics instead of
+Iceberg's file statistics, and Spark splits large files by row group.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+from pyspark_fenced_sink.errors import InvalidOptionsError, marked_errors
+
+__all__ = ["FIELD_ID_READ", "NativeReadPlan", "plan_native_read", "read_table"]
+
+logger = logging.getLogger(__name__)
+
+#: The Spark SQL conf that makes Spark's Parquet reader match columns by field id (Spark's default: false).
+FIELD_ID_READ = "spark.sql.parquet.fieldId.read.enabled"
+#: The StructField metadata key Spark's Parquet reader takes a column's field id from.
+FIELD_ID_KEY = "parquet.field.id"
+#: Iceberg's table property naming the columns of files written without field ids.
+NAME_MAPPING_PROPERTY = "schema.name-mapping.default"
+_GLOB_CHARS = frozenset("*?[]{}\\")
+_NATIVE_MODES = ("auto", True, False)
+
+
+@dataclass(frozen=True)
+class NativeReadPlan:
+    """How :func:`read_table` reads a table.
+
+    Attributes:
+        table: The table identifier.
+        point: The read point in words (``snapshot 123``, ``tag 'eod'``, ...).
+        native: True: Spark's Parquet reader over ``files``; False: the fencedlake data source.
+        reason: Why the data source is used (empty when native).
+        files: The planned data files' paths (empty for a data source read).
+        schema: The Spark schema of the rows, with field ids in its metadata when native.
+    """
+
+    table: str
+    point: str
+    native: bool
+    reason: str
+    files: tuple[str, ...]
+    schema: Any
+
+
+def _type_obstacle(schema: Any) -> str:
+    """Why some column of ``schema`` would not read the same through Spark's Parquet reader ("" if none)."""
+    from pyiceberg.types import TimeType, UUIDType
+
+    for field_id in schema.field_ids:
+        field = schema.find_field(field_id)
+        name = schema.find_column_name(field_id)
+        if isinstance(field.field_type, (UUIDType, TimeType)) or type(field.field_type).__name__ == "UnknownType":
+            return f"column {name!r} has type {field.field_type}, which Spark's Parquet reader reads differently"
+        if getattr(field, "initial_default", None) is not None:
+            return f"column {name!r} has a default value for files written before it, which Spark cannot supply"
+    return ""
+
+
+def _path_obstacle(paths: Sequence[str], any_scheme: bool) -> str:
+    """Why Spark's Parquet reader should not be handed ``paths`` ("" if it can be)."""
+    for path in paths:
+        if any(c in _GLOB_CHARS for c in path):
+            return f"data file {path!r} has a glob character in its path, which Spark would expand"
+        scheme = urlsplit(path).scheme
+        if not any_scheme and scheme not in ("", "file"):
+            return (
+                f"data files are on {scheme}://, which Spark's Parquet reader opens only through a Hadoop connector "
+                "(read_table(..., native=True) uses it when the session has one)"
+            )
+    return ""
+
+
+def _with_field_ids(spark_type: Any, iceberg_type: Any) -> Any:
+    """``spark_type`` with every struct field's Iceberg field id in its metadata (recursively)."""
+    from pyiceberg.types import ListType, MapType, StructType
+    from pyspark.sql import types as st
+
+    if isinstance(iceberg_type, StructType):
+        return st.StructType(
+            [
+                st.StructField(
+                    f.name,
+                    _with_field_ids(f.dataType, i.field_type),
+                    f.nullable,
+                    {**(f.metadata or {}), FIELD_ID_KEY: i.field_id},
+                )
+                for f, i in zip(spark_type.fields, iceberg_type.fields, strict=True)
+            ]
+        )
+    if isinstance(iceberg_type, ListType):
+        return st.ArrayType(_with_field_ids(spark_type.elementType, iceberg_type.element_type), spark_type.containsNull)
+    if isinstance(iceberg_type, MapType):
+        return st.MapType(
+            _with_field_ids(spark_type.keyType, iceberg_type.key_type),
+            _with_field_ids(spark_type.valueType, iceberg_type.value_type),
+            spark_type.valueContainsNull,
+        )
+    return spark_type
+
+
+def _field_id_conf(spark: Any) -> str:
+    """Turn on field-id matching in ``spark`` unless the session set it; why native is impossible ("" if not)."""
+    value = spark.conf.get(FIELD_ID_READ, None)
+    if value is None:
+        spark.conf.set(FIELD_ID_READ, "true")
+        logger.info("fencedlake: set %s=true (read_table matches Parquet columns by field id)", FIELD_ID_READ)
+        return ""
+    if str(value).strip().lower() == "true":
+        return ""
+    return f"the session sets {FIELD_ID_READ}={value}, and reading Iceberg files by name could return wrong columns"
+
+
+def plan_native_read(spark: Any, table: str, *, native: bool | str = "auto", **options: Any) -> NativeReadPlan:
+    """Plan a batch read of ``table`` (the options of ``spark.read.format("fencedlake")``) and choose its path.
+
+    Args:
+        spark: The driver's SparkSession (its field-id conf is set if unset; see the module docstring).
+        table: ``namespace.table``.
+        native: ``"auto"``: Spark's Parquet reader when it gives the data source's rows and the files are
+            local; ``True``: that reader or an error; ``False``: always the data source.
+        **options: Read options (``warehouse``, ``catalog``, ``catalog.<key>``, time travel, ...).
+
+    Raises:
+        InvalidOptionsError: bad options, a missing table or snapshot, or ``native=True`` on a table the native
+            path cannot read (the message says why).
+        ReadRefusedError: the table cannot be read at all (equality deletes, a type Spark cannot hold).
+    """
+    from pyiceberg.expressions import AlwaysTrue
+
+    from pyspark_fenced_sink.iceberg.scan import ReadPoint, open_read_table, plan_files, plan_incremental, resolve_point
+    from pyspark_fenced_sink.iceberg.spark_types import spark_schema_from_iceberg
+    from pyspark_fenced_sink.options import parse_read_options
+
+    if native not in _NATIVE_MODES:
+        raise InvalidOptionsError(f"native={native!r}: expected 'auto', True or False")
+    opts = parse_read_options({**_text(options), "table": table}, streaming=False)
+    iceberg = open_read_table(opts)
+    point: ReadPoint
+    if opts.incremental:
+        tasks, point = plan_incremental(iceberg, opts, AlwaysTrue())
+    else:
+        point = resolve_point(iceberg, opts)
+        tasks = plan_files(iceberg, point, AlwaysTrue(), opts.table) if native is not False else []
+    schema = spark_schema_from_iceberg(point.schema)
+    paths = tuple(t.file.file_path for t in tasks)
+    reason = "native=False" if native is False else _obstacle(spark, iceberg, point, tasks, paths, native is True)
+    if reason and native is True:
+        raise InvalidOptionsError(f"read_table({opts.table}, native=True): cannot read natively: {reason}")
+    if reason:
+        return NativeReadPlan(opts.table, point.label, False, reason, (), schema)
+    return NativeReadPlan(opts.table, point.label, True, "", paths, _with_field_ids(schema, point.schema.as_struct()))
+
+
+def _obstacle(
+    spark: Any, iceberg: Any, point: Any, tasks: Sequence[Any], paths: Sequence[str], any_scheme: bool
+) -> str:
+    """The first reason the native path would not give the data source's rows ("" if there is none)."""
+    deletes = sum(len(t.delete_files) for t in tasks)
+    if deletes:
+        return f"{deletes} delete file(s) apply to the planned files, which Spark's Parquet reader cannot apply"
+    if NAME_MAPPING_PROPERTY in iceberg.properties:
+        return f"the table has {NAME_MAPPING_PROPERTY} (data files without field ids)"
+    return _type_obstacle(point.schema) or _path_obstacle(paths, any_scheme) or _field_id_conf(spark)
+
+
+def _text(options: Mapping[str, Any]) -> dict[str, str]:
+    return {str(k): str(v).lower() if isinstance(v, bool) else str(v) for k, v in options.items() if v is not None}
+
+
+def read_table(spark: Any, table: str, *, native: bool | str = "auto", **options: Any) -> Any:
+    """A DataFrame of ``table``'s rows: Spark's Parquet reader where that is exact, else the fencedlake source.
+
+    Same options and rows as ``spark.read.format("fencedlake").options(**options).load(table)``;
+    see the module docstring for when the faster native path is taken and what differs.
+    Python keyword names cannot hold dashes: pass dashed options as ``**{"snapshot-id": 5}``.
+
+    Raises:
+        InvalidOptionsError, ReadRefusedError: as :func:`plan_native_read`.
+    """
+    with marked_errors():
+        plan = plan_native_read(spark, table, native=native, **options)
+    if not plan.native:
+        logger.info("fencedlake: read_table %s at %s through the data source: %s", plan.table, plan.point, plan.reason)
+        return spark.read.format("fencedlake").options(**_text(options)).load(table)
+    logger.info("fencedlake: read_table %s at %s natively: %d data files", plan.table, plan.point, len(plan.files))
+    if not plan.files:
+        return spark.createDataFrame([], plan.schema)
+    # recursiveFileLookup: no partition columns inferred from Iceberg's directory names.
+    return spark.read.schema(plan.schema).option("recursiveFileLookup", "true").parquet(*plan.files)

@@ -1,0 +1,286 @@
+"""Real Spark tests of ``read_table``: Spark's own Parquet reader over the files fencedlake plans.
+
+Every native read is compared with ``spark.read.format("fencedlake")`` of the same
+table and options (the data source, itself checked against pyiceberg and DuckDB in
+``test_read.py``), and the tests check the path taken: Spark's file scan over
+exactly the planned files when native, the data source (and why) otherwise.
+The module's session is its own (``spark.newSession()``): ``read_table`` sets a
+session SQL conf.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import uuid
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote
+
+import pyarrow as pa
+import pytest
+from pyiceberg.schema import Schema
+from pyiceberg.types import IntegerType, LongType, NestedField, StringType, UUIDType
+from pyspark.sql import types as T  # noqa: N812 - the usual pyspark idiom
+
+from pyspark_fenced_sink import InvalidOptionsError, read_table
+from pyspark_fenced_sink.iceberg.catalogs import embedded_catalog
+from pyspark_fenced_sink.spark.native_read import FIELD_ID_READ, plan_native_read
+from tests.read.rowdelta import commit_deletes, position_delete_file
+
+pytestmark = pytest.mark.spark
+
+UTC = dt.UTC
+
+ROWS = T.StructType(
+    [
+        T.StructField("id", T.LongType(), False),
+        T.StructField("s", T.StringType()),
+        T.StructField("d", T.DoubleType()),
+        T.StructField("dec", T.DecimalType(20, 4)),
+        T.StructField("dt", T.DateType()),
+        T.StructField("ts", T.TimestampType()),
+        T.StructField("ntz", T.TimestampNTZType()),
+        T.StructField("bin", T.BinaryType()),
+        T.StructField(
+            "st",
+            T.StructType(
+                [
+                    T.StructField("x", T.IntegerType()),
+                    T.StructField("items", T.ArrayType(T.StructType([T.StructField("y", T.StringType())]))),
+                ]
+            ),
+        ),
+        T.StructField("m", T.MapType(T.StringType(), T.ArrayType(T.LongType()))),
+    ]
+)
+
+
+def _rows(lo: int, hi: int) -> list[tuple[Any, ...]]:
+    out: list[tuple[Any, ...]] = []
+    for i in range(lo, hi):
+        if i % 4 == 3:
+            out.append((i, *([None] * 7), {"x": None, "items": None}, None))
+            continue
+        out.append(
+            (
+                i,
+                f"s{i}\u00e9",
+                [math.inf, -0.0, 1e300][i % 3],
+                Decimal(i).scaleb(-4) + Decimal("1234.5"),
+                dt.date(2026, 1, 1) + dt.timedelta(days=i % 30),
+                dt.datetime(2026, 1, 1, tzinfo=UTC) + dt.timedelta(hours=i * 7),
+                dt.datetime(2024, 2, 29, 12) + dt.timedelta(minutes=i),
+                bytes([i % 256, 0]),
+                {"x": i, "items": [{"y": f"y{i}"}, {"y": None}]},
+                {"a": [i, -i], "b": []},
+            )
+        )
+    return out
+
+
+@pytest.fixture(scope="module")
+def wh(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return str(tmp_path_factory.mktemp("read-table") / "wh")
+
+
+@pytest.fixture(scope="module")
+def session(spark: Any) -> Any:
+    return spark.newSession()
+
+
+def _write(session: Any, wh: str, table: str, rows: list[tuple[Any, ...]], schema: Any = ROWS, **options: str) -> None:
+    writer = session.createDataFrame(rows, schema).write.format("fencedlake").mode("append").option("warehouse", wh)
+    writer.options(**options).save(table)
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, T.Row):
+        return {k: _plain(v) for k, v in value.asDict().items()}
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    if isinstance(value, bytearray):
+        return bytes(value)
+    return value
+
+
+def _sorted(df: Any) -> list[Any]:
+    return sorted((_plain(r) for r in df.collect()), key=lambda r: r["id"])
+
+
+def _source(session: Any, wh: str, table: str, **options: str) -> Any:
+    return session.read.format("fencedlake").option("warehouse", wh).options(**options).load(table)
+
+
+def _local(path: str, *, uri: bool = False) -> str:
+    """A data file's local path; ``uri``: Spark's form (a URI, ``%`` escaped as ``%25``)."""
+    path = path.removeprefix("file:")
+    return str(Path(unquote(path) if uri else path).resolve())
+
+
+def _assert_native(df: Any, planned: tuple[str, ...]) -> None:
+    """``df`` is Spark's Parquet file scan over exactly the ``planned`` data files."""
+    assert planned, "a native plan with no files"
+    assert sorted(_local(p, uri=True) for p in df.inputFiles()) == sorted(_local(p) for p in planned)
+    assert "FileScan parquet" in df._jdf.queryExecution().executedPlan().toString()
+
+
+@pytest.mark.parametrize("partition_by", ["", "day(ts), s"], ids=["unpartitioned", "partitioned"])
+def test_native_read_returns_the_sources_rows_through_sparks_parquet_scan(
+    session: Any, wh: str, partition_by: str
+) -> None:
+    """Nested types, nulls, decimals and both timestamps: the same rows and columns as the data source."""
+    table = "db.native_" + ("p" if partition_by else "u")
+    _write(session, wh, table, _rows(0, 40), **{"partition-by": partition_by})
+    _write(session, wh, table, _rows(40, 60), **{"partition-by": partition_by})
+    plan = plan_native_read(session, table, warehouse=wh)
+    assert plan.native and plan.reason == "" and len(plan.files) >= 2
+    df = read_table(session, table, warehouse=wh)
+    _assert_native(df, plan.files)
+    source = _source(session, wh, table)
+    assert df.columns == source.columns == ROWS.names  # no partition columns inferred from directory names
+    assert df.schema.simpleString() == source.schema.simpleString()  # types (metadata and nullability aside)
+    assert _sorted(df) == _sorted(source)
+    assert len(_sorted(df)) == 60
+
+
+def test_renamed_dropped_readded_and_added_columns_read_by_field_id(session: Any, wh: str) -> None:
+    """Old files carry old names: columns still match by field id, as Iceberg reads them."""
+    schema = T.StructType(
+        [T.StructField("id", T.LongType(), False), T.StructField("a", T.StringType()), T.StructField("b", T.LongType())]
+    )
+    _write(session, wh, "db.evolved", [(i, f"a{i}", i * 10) for i in range(5)], schema)
+    table = embedded_catalog(wh).load_table("db.evolved")
+    with table.update_schema() as update:
+        update.rename_column("a", "name")
+        update.delete_column("b")
+    with table.update_schema() as update:
+        update.add_column("b", StringType())  # same name as the dropped column, a new field id
+        update.add_column("c", LongType())
+    new = T.StructType(
+        [
+            T.StructField("id", T.LongType(), False),
+            T.StructField("name", T.StringType()),
+            T.StructField("b", T.StringType()),
+            T.StructField("c", T.LongType()),
+        ]
+    )
+    _write(session, wh, "db.evolved", [(i, f"n{i}", f"b{i}", i) for i in range(5, 8)], new)
+    plan = plan_native_read(session, "db.evolved", warehouse=wh)
+    assert plan.native
+    df = read_table(session, "db.evolved", warehouse=wh)
+    _assert_native(df, plan.files)
+    rows = _sorted(df)
+    assert rows[:5] == [{"id": i, "name": f"a{i}", "b": None, "c": None} for i in range(5)]
+    assert rows[5:] == [{"id": i, "name": f"n{i}", "b": f"b{i}", "c": i} for i in range(5, 8)]
+    assert rows == _sorted(_source(session, wh, "db.evolved"))
+
+
+def test_promoted_int_column_reads_natively(session: Any, wh: str) -> None:
+    """int -> long promotion: files of both widths, one long column."""
+    schema = T.StructType([T.StructField("id", T.LongType(), False), T.StructField("v", T.IntegerType())])
+    _write(session, wh, "db.promoted", [(i, i - 2) for i in range(4)], schema)
+    table = embedded_catalog(wh).load_table("db.promoted")
+    with table.update_schema() as update:
+        update.update_column("v", LongType())
+    wide = T.StructType([T.StructField("id", T.LongType(), False), T.StructField("v", T.LongType())])
+    _write(session, wh, "db.promoted", [(4, 2**40)], wide)
+    df = read_table(session, "db.promoted", warehouse=wh)
+    _assert_native(df, plan_native_read(session, "db.promoted", warehouse=wh).files)
+    assert df.schema["v"].dataType == T.LongType()
+    assert _sorted(df) == [{"id": i, "v": i - 2} for i in range(4)] + [{"id": 4, "v": 2**40}]
+
+
+def test_time_travel_reads_the_files_of_that_snapshot(session: Any, wh: str) -> None:
+    """snapshot-id, tag and an incremental range plan their own files; rows as the data source's."""
+    schema = T.StructType([T.StructField("id", T.LongType(), False)])
+    for lo in (0, 5, 10):
+        _write(session, wh, "db.travel", [(i,) for i in range(lo, lo + 5)], schema)
+    table = embedded_catalog(wh).load_table("db.travel")
+    first, second = (s.snapshot_id for s in table.metadata.snapshots[:2])
+    table.manage_snapshots().create_tag(first, "v1").commit()
+    cases: list[tuple[dict[str, str], list[int]]] = [
+        ({"snapshot-id": str(second)}, list(range(10))),
+        ({"tag": "v1"}, list(range(5))),
+        ({"start-snapshot-id": str(first), "end-snapshot-id": str(second)}, list(range(5, 10))),
+        ({}, list(range(15))),
+    ]
+    for options, ids in cases:
+        plan = plan_native_read(session, "db.travel", warehouse=wh, **options)
+        df = read_table(session, "db.travel", warehouse=wh, **options)
+        _assert_native(df, plan.files)
+        assert sorted(r.id for r in df.collect()) == ids, options
+        assert sorted(r.id for r in _source(session, wh, "db.travel", **options).collect()) == ids
+
+
+def test_position_deletes_send_the_read_through_the_data_source(session: Any, wh: str) -> None:
+    """Spark's Parquet reader cannot apply delete files: auto falls back (rows without the deleted ones)."""
+    schema = T.StructType([T.StructField("id", T.LongType(), False)])
+    _write(session, wh, "db.deleted", [(i,) for i in range(10)], schema)
+    table = embedded_catalog(wh).load_table("db.deleted")
+    data_file = next(iter(table.scan().plan_files())).file.file_path
+    commit_deletes(table, [position_delete_file(table, data_file, [0, 3])])
+    plan = plan_native_read(session, "db.deleted", warehouse=wh)
+    assert not plan.native and "delete file" in plan.reason and plan.files == ()
+    df = read_table(session, "db.deleted", warehouse=wh)
+    assert "FileScan parquet" not in df._jdf.queryExecution().executedPlan().toString()
+    kept = sorted(r.id for r in df.collect())
+    assert len(kept) == 8 and kept == sorted(r.id for r in _source(session, wh, "db.deleted").collect())
+    with pytest.raises(InvalidOptionsError, match="delete file"):
+        read_table(session, "db.deleted", warehouse=wh, native=True)
+
+
+def test_types_spark_parquet_reads_differently_use_the_data_source(session: Any, wh: str) -> None:
+    """A uuid column reads as text through the data source; the native reader would not: auto falls back."""
+    schema = Schema(NestedField(1, "id", LongType(), required=True), NestedField(2, "u", UUIDType()))
+    table = embedded_catalog(wh).create_table("db.uuids", schema=schema)
+    value = uuid.UUID(int=12345)
+    arrow = table.schema().as_arrow()
+    data = pa.table({"id": [1], "u": [value.bytes]}, schema=arrow.set(1, pa.field("u", pa.binary(16))))
+    table.append(data.cast(arrow))
+    plan = plan_native_read(session, "db.uuids", warehouse=wh)
+    assert not plan.native and "'u'" in plan.reason
+    assert [r.u for r in read_table(session, "db.uuids", warehouse=wh).collect()] == [str(value)]
+
+
+def test_a_session_that_turned_field_ids_off_gets_the_data_source(spark: Any, wh: str) -> None:
+    """Reading Iceberg files by name is not safe after renames: an explicit false is respected, never overridden."""
+    other = spark.newSession()
+    other.conf.set(FIELD_ID_READ, "false")
+    schema = T.StructType([T.StructField("id", T.LongType(), False)])
+    _write(other, wh, "db.byname", [(1,), (2,)], schema)
+    plan = plan_native_read(other, "db.byname", warehouse=wh)
+    assert not plan.native and FIELD_ID_READ in plan.reason
+    assert other.conf.get(FIELD_ID_READ) == "false"
+    assert sorted(r.id for r in read_table(other, "db.byname", warehouse=wh).collect()) == [1, 2]
+    fresh = spark.newSession()
+    assert plan_native_read(fresh, "db.byname", warehouse=wh).native
+    assert fresh.conf.get(FIELD_ID_READ) == "true"
+
+
+def test_empty_table_and_bad_arguments(session: Any, wh: str) -> None:
+    """An empty table reads as no rows with the table's columns; bad input is a clear InvalidOptionsError."""
+    embedded_catalog(wh).create_table(
+        "db.empty", schema=Schema(NestedField(1, "id", LongType()), NestedField(2, "n", IntegerType()))
+    )
+    df = read_table(session, "db.empty", warehouse=wh)
+    assert df.columns == ["id", "n"] and df.count() == 0
+    with pytest.raises(InvalidOptionsError, match="native="):
+        read_table(session, "db.empty", warehouse=wh, native="yes")
+    with pytest.raises(InvalidOptionsError, match="does not exist"):
+        read_table(session, "db.missing", warehouse=wh)
+    with pytest.raises(InvalidOptionsError):
+        read_table(session, "db.empty", warehouse=wh, **{"snapshot-id": "12"})
+
+
+def test_paths_spark_would_misread_are_not_handed_to_it() -> None:
+    """Object-store schemes need a Hadoop connector (auto leaves them to the data source); globs are never passed."""
+    from pyspark_fenced_sink.spark.native_read import _path_obstacle
+
+    assert _path_obstacle(["/wh/data/a.parquet", "file:///wh/data/b.parquet"], any_scheme=False) == ""
+    assert "s3://" in _path_obstacle(["s3://bucket/data/a.parquet"], any_scheme=False)
+    assert _path_obstacle(["s3://bucket/data/a.parquet"], any_scheme=True) == ""
+    assert "glob" in _path_obstacle(["/wh/data/region=a[1]/f.parquet"], any_scheme=True)
