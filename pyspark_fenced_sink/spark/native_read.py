@@ -179,14 +179,18 @@ def plan_native_read(spark: Any, table: str, *, native: bool | str = "auto", **o
     opts = parse_read_options({**_text(options), "table": table}, streaming=False)
     iceberg = open_read_table(opts)
     point: ReadPoint
+    tasks: list[Any] = []
     if opts.incremental:
         tasks, point = plan_incremental(iceberg, opts, AlwaysTrue())
     else:
         point = resolve_point(iceberg, opts)
-        tasks = plan_files(iceberg, point, AlwaysTrue(), opts.table) if native is not False else []
-    schema = spark_schema_from_iceberg(point.schema)
+    # The obstacles that need no plan first: a read that falls back plans once, in the data source.
+    reason = "native=False" if native is False else _table_obstacle(iceberg, point.schema)
+    if not reason and not opts.incremental:
+        tasks = plan_files(iceberg, point, AlwaysTrue(), opts.table)
     paths = tuple(t.file.file_path for t in tasks)
-    reason = "native=False" if native is False else _obstacle(spark, iceberg, point, tasks, paths, native is True)
+    reason = reason or _plan_obstacle(tasks, paths, native is True) or _field_id_conf(spark)
+    schema = spark_schema_from_iceberg(point.schema)
     if reason and native is True:
         raise InvalidOptionsError(f"read_table({opts.table}, native=True): cannot read natively: {reason}")
     if reason:
@@ -194,16 +198,19 @@ def plan_native_read(spark: Any, table: str, *, native: bool | str = "auto", **o
     return NativeReadPlan(opts.table, point.label, True, "", paths, _with_field_ids(schema, point.schema.as_struct()))
 
 
-def _obstacle(
-    spark: Any, iceberg: Any, point: Any, tasks: Sequence[Any], paths: Sequence[str], any_scheme: bool
-) -> str:
-    """The first reason the native path would not give the data source's rows ("" if there is none)."""
+def _table_obstacle(iceberg: Any, schema: Any) -> str:
+    """Why the table's metadata rules the native path out ("" if it does not)."""
+    if NAME_MAPPING_PROPERTY in iceberg.properties:
+        return f"the table has {NAME_MAPPING_PROPERTY} (data files without field ids)"
+    return _type_obstacle(schema)
+
+
+def _plan_obstacle(tasks: Sequence[Any], paths: Sequence[str], any_scheme: bool) -> str:
+    """Why the planned files rule the native path out ("" if they do not)."""
     deletes = sum(len(t.delete_files) for t in tasks)
     if deletes:
         return f"{deletes} delete file(s) apply to the planned files, which Spark's Parquet reader cannot apply"
-    if NAME_MAPPING_PROPERTY in iceberg.properties:
-        return f"the table has {NAME_MAPPING_PROPERTY} (data files without field ids)"
-    return _type_obstacle(point.schema) or _path_obstacle(paths, any_scheme) or _field_id_conf(spark)
+    return _path_obstacle(paths, any_scheme)
 
 
 def _text(options: Mapping[str, Any]) -> dict[str, str]:
