@@ -7,7 +7,6 @@ import os
 from typing import Any
 
 import pytest
-from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.manifest import ManifestEntryStatus
 
 from pyspark_fenced_sink.errors import InvalidOptionsError
@@ -16,6 +15,7 @@ from pyspark_fenced_sink.iceberg.manifests import MergeSettings, merge_settings
 from pyspark_fenced_sink.protocol.reconcile import Outcome
 from pyspark_fenced_sink.protocol.state import STATE_PROPERTY, CommittedState
 from pyspark_fenced_sink.testing.harness import commit, plan, rows, sink_write, table_ids, write_tasks
+from tests.iceberg.faults import fail_next_commits
 
 TABLE = "db.events"
 MIN_COUNT = {"table.commit.manifest.min-count-to-merge": "4"}
@@ -96,16 +96,7 @@ def test_conflicting_merge_commit_leaves_no_merged_manifest_behind(wh: str, monk
     options = {"table.commit.manifest.min-count-to-merge": "2"}
     _write(wh, 0, options)
     catalog = embedded_catalog(wh)
-    real = type(catalog).commit_table
-    failures = [1]
-
-    def conflicting(self: Any, table: Any, requirements: Any, updates: Any) -> Any:
-        if failures:
-            failures.pop()
-            raise CommitFailedException("Table has been updated by another process")
-        return real(self, table, requirements, updates)
-
-    monkeypatch.setattr(type(catalog), "commit_table", conflicting)
+    fail_next_commits(monkeypatch, catalog)
     result = sink_write(wh, TABLE, rows("w", 10, 10), options, tasks=1)
     assert (result.outcome, result.conflicts) == (Outcome.APPLIED, 1)
     table = catalog.load_table(TABLE)

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from pyiceberg.exceptions import CommitFailedException
 from sqlalchemy.exc import OperationalError
 
 from pyspark_fenced_sink.errors import WriteRejectedError
@@ -19,6 +18,7 @@ from pyspark_fenced_sink.protocol.state import STATE_PROPERTY, CommitRecord, Com
 from pyspark_fenced_sink.protocol.wal import EntryKind, WalEntry
 from pyspark_fenced_sink.store.base import CountingStore
 from pyspark_fenced_sink.testing.harness import open_target, plan, rows, sink_write, table_ids, write_tasks
+from tests.iceberg.faults import fail_next_commits
 
 TABLE = "db.events"
 
@@ -165,17 +165,8 @@ def test_unknown_commit_outcome_is_resolved_by_reading_back(wh: str, monkeypatch
 def test_conflicting_commit_removes_its_manifests_and_retries(wh: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """A CommitFailedException is a conflict: nothing landed, the loop re-reads and commits once."""
     catalog = embedded_catalog(wh)
-    real = type(catalog).commit_table
-    failures = [1]
-
-    def conflicting(self: Any, table: Any, requirements: Any, updates: Any) -> Any:
-        if failures:
-            failures.pop()
-            raise CommitFailedException("Table has been updated by another process")
-        return real(self, table, requirements, updates)
-
     sink_write(wh, TABLE, rows("a", 0, 5))
-    monkeypatch.setattr(type(catalog), "commit_table", conflicting)
+    fail_next_commits(monkeypatch, catalog)
     result = sink_write(wh, TABLE, rows("b", 5, 5))
     assert (result.outcome, result.conflicts, result.catalog_commits) == (Outcome.APPLIED, 1, 1)
     assert table_ids(wh, TABLE) == list(range(10))

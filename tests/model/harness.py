@@ -248,6 +248,20 @@ def _begin(env: Env, write: Write) -> CommitContext | None:
     return ctx
 
 
+def _open(env: Env, write: Write, writer: str | None) -> tuple[CommitContext, Any, Any] | None:
+    """``_begin``, then read the table and open ``writer`` (None: anonymous): ``(ctx, view, identity)``, or None
+    (recorded as the write's error) if the write cannot start."""
+    ctx = _begin(env, write)
+    if ctx is None:
+        return None
+    try:
+        view = ctx.load()
+        return ctx, view, open_writer(ctx, writer, view=view)
+    except WRITE_ERRORS as e:
+        write.error = e
+        return None
+
+
 def _run_write(env: Env, write: Write, entry: WalEntry, ctx: CommitContext, view: Any = None) -> None:
     write.entry = entry
     try:
@@ -283,15 +297,10 @@ class Target:
 
 def anon_write(env: Env, name: str, target: Target) -> None:
     write = Write(name, f"anon:{name}")
-    ctx = _begin(env, write)
-    if ctx is None:
+    opened = _open(env, write, None)
+    if opened is None:
         return
-    try:
-        view = ctx.load()
-        ident = open_writer(ctx, None, view=view)
-    except WRITE_ERRORS as e:
-        write.error = e
-        return
+    ctx, view, ident = opened
     tag = _tag(ctx, ident.writer, True, None, ident.opened, None)
     files = env.write_files(tag, write.key, env.rng.randint(0, 2), target.row_filter)
     entry = data_entry(
@@ -315,15 +324,10 @@ def compact_process(env: Env, name: str, delay: float) -> None:
     """``fencedlake compact``: read main's live files, rewrite 1-3 of one partition into one, put a compact entry."""
     env.sched.sleep(delay)
     write = Write(name, f"compact:{name}")
-    ctx = _begin(env, write)
-    if ctx is None:
+    opened = _open(env, write, None)
+    if opened is None:
         return
-    try:
-        view = ctx.load()
-        ident = open_writer(ctx, None, view=view)
-    except WRITE_ERRORS as e:
-        write.error = e
-        return
+    ctx, view, ident = opened
     parts: list[int] = []
     live: list[Mapping[str, Any]] = []
     for _ in range(4):  # wait (a little) for main to have a file
@@ -368,15 +372,10 @@ def batch_job(env: Env, name: str, writer: str, batch: int, retries: int = 1) ->
     """A ``writer.id`` job; a fenced attempt is retried with the same batch id by a new incarnation."""
     for attempt in range(retries + 1):
         write = Write(f"{name}", f"{writer}:b{batch}:{name}:{attempt}")
-        ctx = _begin(env, write)
-        if ctx is None:
+        opened = _open(env, write, writer)
+        if opened is None:
             return
-        try:
-            view = ctx.load()
-            ident = open_writer(ctx, writer, view=view)
-        except WRITE_ERRORS as e:
-            write.error = e
-            return
+        ctx, view, ident = opened
         write.barrier = (int(ident.epoch or 0), str(ident.barrier_token))
         files = env.write_files(_tag(ctx, writer, False, ident.epoch, ident.opened, batch), write.key, 1)
         _run_write(env, write, data_entry(ident, files, batch=batch, spec_id=view.spec_id), ctx)
