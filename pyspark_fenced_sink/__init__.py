@@ -13,7 +13,8 @@ Python threads, :func:`activate_session` in each (see
 Spark exception, :func:`fencedlake_error`; to compact small data files,
 :func:`compact` (see :mod:`pyspark_fenced_sink.ops.compact`); to read a table
 through Spark's own Parquet reader where that is exact, :func:`read_table`
-(see :mod:`pyspark_fenced_sink.spark.native_read`).
+(see :mod:`pyspark_fenced_sink.spark.native_read`); to use a table from SQL,
+:func:`register_view` (see :mod:`pyspark_fenced_sink.spark.sql`).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from pyspark_fenced_sink import errors
 from pyspark_fenced_sink.errors import *  # noqa: F403 - the error kinds are part of the public API
 from pyspark_fenced_sink.spark.datasource import FencedLakeDataSource
 from pyspark_fenced_sink.spark.session import activate_session
+from pyspark_fenced_sink.spark.sql import register_view
 from pyspark_fenced_sink.spark.tuning import tune_session
 
 __version__ = "0.1.0.dev0"
@@ -52,6 +54,7 @@ __all__ = [
     "activate_session",
     "compact",
     "read_table",
+    "register_view",
     "tune_session",
 ]
 __all__ += errors.__all__

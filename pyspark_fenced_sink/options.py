@@ -1,14 +1,17 @@
 """Sink and reader options: keys, defaults, validation (driver); the one secret masker.
 
 Every option key is defined once here, with its ``*_DEFAULT`` sibling, next to
-its validation. :func:`parse_options` (writes) and :func:`parse_read_options`
-(``spark.read`` / ``spark.readStream``, Iceberg's Spark option names) validate
-everything on the driver before any task runs and return a frozen
-:class:`SinkOptions` / :class:`ReadOptions`; a bad option raises
-``InvalidOptionsError`` naming the key, the value found and what is
-expected. Spark lower-cases option keys; values keep their case.
-:class:`CatalogConfig` is the typed catalog selection shared by the sink, the
-CLI, tests and benchmarks (:func:`catalog_config` builds and validates one).
+its validation; so are other tools' names for the same thing (Iceberg's write
+options are accepted, Delta's are named in the unknown-option error).
+:func:`parse_options` (writes) and :func:`parse_read_options` (``spark.read`` /
+``spark.readStream``, Iceberg's Spark option names) validate everything on the
+driver before any task runs and return a frozen :class:`SinkOptions` /
+:class:`ReadOptions`; a bad option raises ``InvalidOptionsError`` naming the
+key, the value found and what is expected. Spark lower-cases option keys;
+values keep their case. :class:`CatalogConfig` is the typed catalog selection
+shared by the sink, the CLI, tests and benchmarks (:func:`catalog_config`
+builds and validates one; a relative warehouse resolves against
+:func:`driver_directory`, never a Spark session's temporary directory).
 :func:`redact` masks secrets for logs, reprs and error messages.
 """
 
@@ -28,6 +31,8 @@ __all__ = [
     "ReadOptions",
     "SinkOptions",
     "catalog_config",
+    "driver_directory",
+    "is_remote_session",
     "mask_secrets",
     "parse_options",
     "parse_read_options",
@@ -79,6 +84,32 @@ STREAMING_SKIP_OVERWRITE_DEFAULT = False
 STREAMING_SKIP_DELETE = "streaming-skip-delete-snapshots"
 STREAMING_SKIP_DELETE_DEFAULT = False
 SPARK_PASSED = frozenset({PATH, "checkpointlocation", "queryname"})
+#: Iceberg's table write properties a write may also take as options (for that write only; the table's otherwise).
+WRITE_TARGET_FILE_SIZE = "write.target-file-size-bytes"
+WRITE_PARQUET_PREFIX = "write.parquet."
+#: Iceberg's Spark write options with the same meaning -> the write property they set.
+ICEBERG_WRITE_ALIASES = {
+    "target-file-size-bytes": WRITE_TARGET_FILE_SIZE,
+    "compression-codec": "write.parquet.compression-codec",
+    "compression-level": "write.parquet.compression-level",
+}
+#: Other tools' option names (Delta's, Spark's; lower-cased as Spark passes them) -> what fencedlake says instead.
+FOREIGN_OPTIONS = {
+    "replacewhere": REPLACE_WHERE,
+    "partitionoverwritemode": OVERWRITE_MODE,
+    "txnappid": WRITER_ID,
+    "txnversion": WRITER_BATCH_ID,
+    "mergeschema": MERGE_SCHEMA,
+    "usermetadata": SNAPSHOT_PROPERTY_PREFIX + "<key>",
+    "overwriteschema": f"nothing: fencedlake never replaces a table's schema ({MERGE_SCHEMA} adds columns)",
+    "versionasof": SNAPSHOT_ID,
+    "timestampasof": f"{AS_OF_TIMESTAMP} (milliseconds since the epoch)",
+    "partitionby": f"{PARTITION_BY} (Iceberg transforms, e.g. 'day(ts)')",
+}
+#: Spark's working directories for one Connect session's files (``<spark tmp>/userFiles-*/<session uuid>``).
+_SESSION_DIR_PREFIX = "userFiles-"
+#: The session artifact id Spark gives its Python workers (``default`` for a classic session).
+SPARK_ARTIFACT_ENV = "SPARK_JOB_ARTIFACT_UUID"
 
 _KNOWN = frozenset(
     {
@@ -144,6 +175,44 @@ def validate_writer_id(writer_id: str) -> str:
     return writer_id
 
 
+def is_remote_session(spark: object) -> bool:
+    """True for a Spark Connect session: the sink runs on the server, this process is only a client."""
+    return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
+def _session_directory(path: Path) -> bool:
+    """True if ``path`` is (inside) a directory Spark keeps for one session and deletes with it."""
+    artifact = os.environ.get(SPARK_ARTIFACT_ENV, "default")
+    return any(p.startswith(_SESSION_DIR_PREFIX) for p in path.parts) or (
+        artifact not in ("", "default") and artifact in path.parts
+    )
+
+
+def driver_directory() -> Path:
+    """The directory a relative ``warehouse`` (and the default one) resolves against: the Spark driver's.
+
+    That is the working directory of the process that started Spark's driver: where the user's program
+    started a classic session (Spark's Python workers run there too), or where the Spark Connect server
+    was started (like Spark's own ``spark-warehouse``). On a Connect server Python workers run inside
+    the session's artifact directory, which Spark deletes with the session; there the directory Spark's
+    launcher ran in (``$PWD``, which the launcher's shell sets) is used instead.
+
+    Raises:
+        InvalidOptionsError: only a per-session directory is known (nothing may be resolved in it).
+    """
+    cwd = Path.cwd()
+    if not _session_directory(cwd):
+        return cwd
+    launched = os.environ.get("PWD", "")
+    if launched and os.path.isabs(launched) and Path(launched).is_dir() and not _session_directory(Path(launched)):
+        return Path(launched)
+    raise InvalidOptionsError(
+        f"no stable directory for a relative warehouse: this runs in {cwd}, a directory Spark deletes with the "
+        f"session; give an absolute warehouse option, set {WAREHOUSE_ENV} to an absolute path where Spark's "
+        "driver runs, or configure a catalog (catalog.*)"
+    )
+
+
 @dataclass(frozen=True)
 class CatalogConfig:
     """Which catalog holds the tables: the embedded default, or a pyiceberg catalog.
@@ -175,14 +244,22 @@ class CatalogConfig:
 
 
 def catalog_config(
-    name: str | None = None, properties: Mapping[str, str] | None = None, warehouse: str | None = None
+    name: str | None = None,
+    properties: Mapping[str, str] | None = None,
+    warehouse: str | None = None,
+    *,
+    remote: bool = False,
 ) -> CatalogConfig:
     """A validated :class:`CatalogConfig` (the sink's ``catalog``/``catalog.*``/``warehouse`` options, the CLI's flags).
 
-    ``warehouse`` defaults to ``$FENCEDLAKE_WAREHOUSE``, else ``./fencedlake-warehouse``.
+    ``warehouse`` defaults to ``$FENCEDLAKE_WAREHOUSE``, else ``fencedlake-warehouse``; a relative one
+    resolves against :func:`driver_directory`. ``remote``: the caller is a Spark Connect client
+    (``compact``, ``read_table``), which plans here while the sink resolves paths on the server: the
+    embedded catalog then needs an absolute warehouse, so that both name the same one.
 
     Raises:
-        InvalidOptionsError: a warehouse given with a configured catalog, or a warehouse that is not local.
+        InvalidOptionsError: a warehouse given with a configured catalog, a warehouse that is not local, or
+            (``remote``) an embedded catalog without an absolute warehouse.
     """
     properties = dict(properties or {})
     if "" in properties:
@@ -199,7 +276,15 @@ def catalog_config(
             f"warehouse {path!r} is invalid: the embedded catalog needs a local path; for object "
             "storage configure a catalog (catalog.type, catalog.uri, catalog.warehouse, ...)"
         )
-    return CatalogConfig(name=name or None, properties=properties, warehouse=str(Path(path).expanduser().resolve()))
+    given = Path(path).expanduser()
+    if remote and not (name or properties) and not given.is_absolute():
+        raise InvalidOptionsError(
+            f"warehouse {path!r} on a Spark Connect session: the sink resolves a relative (or the default) "
+            "warehouse on the server, in the directory the server was started in, and this client cannot know "
+            f"it; pass warehouse='/absolute/path' (the one the writes use) or set {WAREHOUSE_ENV}"
+        )
+    resolved = given if given.is_absolute() else driver_directory() / given
+    return CatalogConfig(name=name or None, properties=properties, warehouse=str(resolved.resolve()))
 
 
 @dataclass(frozen=True)
@@ -223,6 +308,8 @@ class SinkOptions:
         branch: The branch to write (None: main).
         snapshot_properties: ``snapshot-property.<key>`` options: summary properties of the commit
             that applies the write.
+        write_properties: Iceberg write properties given as options (``write.target-file-size-bytes``,
+            ``write.parquet.*``, or Iceberg's Spark option names for them): this write's files only.
     """
 
     table: str
@@ -240,6 +327,7 @@ class SinkOptions:
     replace_where: str | None = None
     branch: str | None = None
     snapshot_properties: Mapping[str, str] = field(default_factory=dict)
+    write_properties: Mapping[str, str] = field(default_factory=dict)
 
     def __repr__(self) -> str:
         return (
@@ -247,18 +335,26 @@ class SinkOptions:
             f"writer_id={self.writer_id!r}, batch_id={self.batch_id!r})"
         )
 
+    def file_properties(self, table_properties: Mapping[str, str]) -> dict[str, str]:
+        """The write properties this write's files are written with: the table's, then the write's options."""
+        return {**table_properties, **self.write_properties}
+
     def write_mode(self, overwrite: bool) -> str:
         """The write mode's value (``protocol.wal.WriteMode``) for a write Spark says overwrites or not.
 
+        ``overwrite-mode`` says what an overwrite replaces and is ignored by a write that appends (as
+        Spark's ``partitionOverwriteMode``), so one SQL view's options serve ``INSERT INTO`` and
+        ``INSERT OVERWRITE``; ``replace-where`` also constrains the rows written and is refused there.
+
         Raises:
-            InvalidOptionsError: ``overwrite-mode`` or ``replace-where`` on a write that appends.
+            InvalidOptionsError: ``replace-where`` on a write that appends.
         """
         if not overwrite:
-            given = [k for k, v in ((OVERWRITE_MODE, self.overwrite_mode), (REPLACE_WHERE, self.replace_where)) if v]
-            if given:
+            if self.replace_where:
                 raise InvalidOptionsError(
-                    f'option {given[0]} applies to writes that overwrite (batch .mode("overwrite"), streaming '
-                    '.outputMode("complete")), but this write appends: drop the option or overwrite'
+                    f'option {REPLACE_WHERE} applies to writes that overwrite (batch .mode("overwrite"), SQL '
+                    'INSERT OVERWRITE, streaming .outputMode("complete")), but this write appends: drop the option '
+                    "or overwrite"
                 )
             return "append"
         if self.replace_where is not None:
@@ -298,7 +394,11 @@ def _table_name(options: Mapping[str, str]) -> str:
     if not name:
         raise InvalidOptionsError(
             'no table given: use .save("namespace.table") (writes), .load("namespace.table") (reads) '
-            'or .option("table", "namespace.table")'
+            'or .option("table", "namespace.table"). From SQL (INSERT INTO, SELECT) or writeTo(): Spark passes a '
+            "Python data source no options for a table in its catalog (CREATE TABLE ... USING fencedlake, "
+            "writeTo(...).create()); declare the table for the session instead: CREATE TEMPORARY VIEW events "
+            "USING fencedlake OPTIONS (table 'db.events', ...) or pyspark_fenced_sink.register_view(spark, "
+            '"events", "db.events", ...)'
         )
     return validate_table_name(name)
 
@@ -382,21 +482,47 @@ def _snapshot_properties(opts: Mapping[str, str]) -> dict[str, str]:
     return out
 
 
+def _unknown_options(unknown: list[str], known: frozenset[str], extra: str) -> InvalidOptionsError:
+    """The error for unknown option keys: other tools' names point to fencedlake's equivalent."""
+    hints = [f"{k} -> {FOREIGN_OPTIONS[k]}" for k in unknown if k in FOREIGN_OPTIONS]
+    said = f" (other tools' names; fencedlake's: {'; '.join(hints)})" if hints else ""
+    return InvalidOptionsError(
+        f"unknown option(s) {', '.join(unknown)}{said}: expected one of {', '.join(sorted(known))}, or {extra}"
+    )
+
+
+def _write_properties(opts: Mapping[str, str]) -> dict[str, str]:
+    """Iceberg write properties given as options (also by Iceberg's Spark write option names), for this write."""
+    out: dict[str, str] = {}
+    for key, value in opts.items():
+        prop = ICEBERG_WRITE_ALIASES.get(key, key)
+        if prop == WRITE_TARGET_FILE_SIZE or prop.startswith(WRITE_PARQUET_PREFIX):
+            if prop in out and out[prop] != value:
+                raise InvalidOptionsError(f"options {key} and {prop} both given, with different values: give one")
+            out[prop] = value
+    return out
+
+
 def parse_options(options: Mapping[str, str], *, streaming: bool = False) -> SinkOptions:
     """Validate Spark's options; raise InvalidOptionsError on the first problem."""
     opts = {str(k).lower(): str(v) for k, v in options.items() if v is not None}
+    write_properties = _write_properties(opts)
     unknown = sorted(
         k
         for k in opts
         if k not in _KNOWN
         and k not in SPARK_PASSED
+        and k not in ICEBERG_WRITE_ALIASES
+        and k not in write_properties
         and not k.startswith((CATALOG_PREFIX, TABLE_PROPERTY_PREFIX, SNAPSHOT_PROPERTY_PREFIX))
     )
     if unknown:
-        raise InvalidOptionsError(
-            f"unknown option(s) {', '.join(unknown)}: expected one of {', '.join(sorted(_KNOWN))}, "
-            f"or {CATALOG_PREFIX}<pyiceberg property>, {TABLE_PROPERTY_PREFIX}<table property>, "
-            f"{SNAPSHOT_PROPERTY_PREFIX}<summary key>"
+        raise _unknown_options(
+            unknown,
+            _KNOWN,
+            f"{CATALOG_PREFIX}<pyiceberg property>, {TABLE_PROPERTY_PREFIX}<table property>, "
+            f"{SNAPSHOT_PROPERTY_PREFIX}<summary key>, {WRITE_TARGET_FILE_SIZE}, {WRITE_PARQUET_PREFIX}<property> "
+            "(this write's files)",
         )
     catalog_properties = {k[len(CATALOG_PREFIX) :]: v for k, v in opts.items() if k.startswith(CATALOG_PREFIX)}
     table_properties = {
@@ -444,6 +570,7 @@ def parse_options(options: Mapping[str, str], *, streaming: bool = False) -> Sin
         replace_where=replace_where,
         branch=_branch(opts),
         snapshot_properties=_snapshot_properties(opts),
+        write_properties=write_properties,
     )
 
 
@@ -494,27 +621,41 @@ class ReadOptions:
         return not self.streaming and self.start_snapshot_id is not None
 
 
-def parse_read_options(options: Mapping[str, str], *, streaming: bool | None = False) -> ReadOptions:
+def _write_option(key: str) -> bool:
+    """True for a key only writes take (``branch`` is both a read and a write option)."""
+    return (
+        key in _KNOWN
+        or key in ICEBERG_WRITE_ALIASES
+        or key == WRITE_TARGET_FILE_SIZE
+        or key.startswith((TABLE_PROPERTY_PREFIX, SNAPSHOT_PROPERTY_PREFIX, WRITE_PARQUET_PREFIX))
+    )
+
+
+def parse_read_options(
+    options: Mapping[str, str], *, streaming: bool | None = False, remote: bool = False
+) -> ReadOptions:
     """Validate the options of ``spark.read`` (or, with ``streaming``, ``spark.readStream``).
 
     ``streaming=None`` infers the kind from the keys (``DataSource.schema()`` is not told which read
-    asks; the reader itself validates strictly).
+    asks; the reader itself validates strictly). The sink's write options are ignored: one SQL view
+    (``CREATE TEMPORARY VIEW ... USING fencedlake OPTIONS (...)``) hands its options to both its
+    ``SELECT`` and its ``INSERT``. ``remote``: as for :func:`catalog_config`.
 
     Raises:
-        InvalidOptionsError: an unknown key (a write or stream option in a batch read is named as such),
-            a bad value, or options that cannot be combined.
+        InvalidOptionsError: an unknown key (a stream option in a batch read and the reverse are named as
+            such), a bad value, or options that cannot be combined.
     """
     opts = {str(k).lower(): str(v) for k, v in options.items() if v is not None}
     if streaming is None:
         streaming = any(k in _STREAM_READ for k in opts)
     known = _READ_KNOWN | (_STREAM_READ if streaming else _BATCH_READ)
     for key in sorted(opts):
-        if key in known or key in SPARK_PASSED or key.startswith(CATALOG_PREFIX):
+        if key in known or key in SPARK_PASSED or key.startswith(CATALOG_PREFIX) or _write_option(key):
             continue
         where = "readStream" if key in _STREAM_READ else "spark.read (batch)" if key in _BATCH_READ else None
-        if where is None and (key in _KNOWN or key.startswith(TABLE_PROPERTY_PREFIX)):
-            where = "writes"
         hint = f"it applies to {where} only" if where else f"expected one of {', '.join(sorted(known))}"
+        if key in FOREIGN_OPTIONS:
+            hint = f"another tool's name; fencedlake's is {FOREIGN_OPTIONS[key]}"
         raise InvalidOptionsError(f"unknown read option {key}: {hint} (or {CATALOG_PREFIX}<pyiceberg property>)")
     catalog_properties = {k[len(CATALOG_PREFIX) :]: v for k, v in opts.items() if k.startswith(CATALOG_PREFIX)}
     given = [k for k in _TIME_TRAVEL if k in opts]
@@ -530,7 +671,7 @@ def parse_read_options(options: Mapping[str, str], *, streaming: bool | None = F
             raise InvalidOptionsError(f"option {ref} is empty: expected the name of a {ref}")
     return ReadOptions(
         table=_table_name(opts),
-        catalog=catalog_config(opts.get(CATALOG), catalog_properties, opts.get(WAREHOUSE)),
+        catalog=catalog_config(opts.get(CATALOG), catalog_properties, opts.get(WAREHOUSE), remote=remote),
         streaming=streaming,
         snapshot_id=_int(opts, SNAPSHOT_ID, None, _ANY),
         as_of_timestamp_ms=_int(opts, AS_OF_TIMESTAMP, None, 0),

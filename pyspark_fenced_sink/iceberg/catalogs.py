@@ -12,6 +12,10 @@
   nothing behind.
 * :func:`open_table` — one catalog read of an existing table and the protocol
   context to commit to it (the sink, the CLI, tests and benchmarks all use it).
+
+Catalog and storage failures in all three become ``ServiceError`` (endpoint named,
+secrets masked, retryable or not: ``iceberg.service_errors``); a table name whose
+namespace would shadow an existing table is refused (:func:`check_namespace`).
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from pyspark_fenced_sink.errors import InvalidOptionsError
+from pyspark_fenced_sink.iceberg.service_errors import classify, service_errors
 from pyspark_fenced_sink.iceberg.table_port import IcebergTablePort
 from pyspark_fenced_sink.options import CatalogConfig, SinkOptions, redact
 from pyspark_fenced_sink.protocol.commit import CommitContext
@@ -34,6 +39,7 @@ from pyspark_fenced_sink.store.registry import open_store
 
 __all__ = [
     "OpenedTable",
+    "check_namespace",
     "embedded_catalog",
     "embedded_catalog_exists",
     "io_properties",
@@ -90,6 +96,9 @@ def load_catalog(config: CatalogConfig) -> Any:
         try:
             catalog = pyiceberg_load_catalog(config.name or "fencedlake", **config.properties)
         except Exception as e:  # noqa: BLE001 - pyiceberg raises ValueError, NotInstalledError, connection errors...
+            typed = classify(e, config, None)
+            if typed is not None:
+                raise typed from None
             raise InvalidOptionsError(
                 f"cannot load {config.describe()}: {type(e).__name__}: {_redacted_message(e, config)}"
             ) from None
@@ -123,8 +132,38 @@ def _ensure_namespace(catalog: Any, namespace: tuple[str, ...]) -> None:
             raise
 
 
+def check_namespace(catalog: Any, name: str) -> None:
+    """Refuse to create table ``name`` in a namespace that shadows an existing table.
+
+    ``db.events.x`` beside a table ``db.events`` would otherwise create a namespace ``db.events`` whose
+    name reads as the table: almost always a typo (``db.events_x``) or a column taken for a table.
+
+    Raises:
+        InvalidOptionsError: a prefix of the namespace (of two parts or more) is a table.
+    """
+    parts = name.split(".")[:-1]
+    for end in range(2, len(parts) + 1):
+        prefix = ".".join(parts[:end])
+        if catalog.table_exists(prefix):
+            rest = "_".join(name.split(".")[end:])
+            raise InvalidOptionsError(
+                f"table name {name!r} would create namespace {prefix!r}, but {prefix!r} is a table: a namespace may "
+                f"not shadow a table; choose another name (e.g. {prefix}_{rest}); nothing was created"
+            )
+
+
 def resolve_table(catalog: Any, opts: SinkOptions, spark_schema: Any) -> Any:
-    """Load or create the table, check the DataFrame schema against it, merge columns if asked."""
+    """Load or create the table, check the DataFrame schema against it, merge columns if asked.
+
+    Raises:
+        ServiceError: the catalog or its storage failed (endpoint named, secrets masked).
+        InvalidOptionsError, SchemaMismatchError: bad input; nothing was created.
+    """
+    with service_errors(opts.catalog, opts.table):
+        return _resolve_table(catalog, opts, spark_schema)
+
+
+def _resolve_table(catalog: Any, opts: SinkOptions, spark_schema: Any) -> Any:
     from pyiceberg.exceptions import CommitFailedException, NoSuchTableError, TableAlreadyExistsError, ValidationError
 
     from pyspark_fenced_sink.iceberg.partitioning import parse_partition_by, same_partitioning, spec_to_text
@@ -140,7 +179,8 @@ def resolve_table(catalog: Any, opts: SinkOptions, spark_schema: Any) -> Any:
             ) from None
         schema = iceberg_schema_from_spark(spark_schema)
         spec = parse_partition_by(opts.partition_by, schema)
-        validate_write_properties(opts.table_properties)  # executors would fail after the table exists
+        validate_write_properties(opts.file_properties(opts.table_properties))  # executors would fail later
+        check_namespace(catalog, opts.table)
         _ensure_namespace(catalog, tuple(opts.table.split(".")[:-1]))
         try:
             table = catalog.create_table(
@@ -155,7 +195,7 @@ def resolve_table(catalog: Any, opts: SinkOptions, spark_schema: Any) -> Any:
                 f"{type(e).__name__}: {e}; fix the table.<property> options"
             ) from e
     else:
-        validate_write_properties(table.properties)  # fail on the driver, not in every task
+        validate_write_properties(opts.file_properties(table.properties))  # fail on the driver, not in every task
         if opts.partition_by.strip():
             requested = parse_partition_by(opts.partition_by, table.schema())
             if not same_partitioning(requested, table.spec()):
@@ -225,9 +265,11 @@ def open_table(
 
     Raises:
         InvalidOptionsError: the catalog cannot be loaded or the table does not exist.
+        ServiceError: the catalog or its storage failed (nothing durable yet: a plain retry is safe).
     """
     port = IcebergTablePort(load_catalog(config), name)
-    raw = port.remember(table) if table is not None else port.load()
+    with service_errors(config, name):
+        raw = port.remember(table) if table is not None else port.load()
     loaded = port.table(raw)
     uuid = str(loaded.metadata.table_uuid)
     if check:

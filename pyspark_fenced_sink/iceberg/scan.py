@@ -64,13 +64,16 @@ def open_read_table(opts: ReadOptions) -> Any:
 
     Raises:
         InvalidOptionsError: the catalog cannot be loaded or the table does not exist.
+        ServiceError: the catalog or its storage failed (endpoint named, secrets masked).
     """
     from pyiceberg.exceptions import NoSuchTableError
 
     from pyspark_fenced_sink.iceberg.catalogs import load_catalog
+    from pyspark_fenced_sink.iceberg.service_errors import service_errors
 
     try:
-        return load_catalog(opts.catalog).load_table(opts.table)
+        with service_errors(opts.catalog, opts.table):
+            return load_catalog(opts.catalog).load_table(opts.table)
     except NoSuchTableError:
         raise InvalidOptionsError(
             f"table {opts.table} does not exist in {opts.catalog.describe()}: check the name and the catalog options"

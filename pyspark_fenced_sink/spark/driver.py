@@ -88,7 +88,7 @@ def plan_write(options: Any, schema: Any, overwrite: bool, *, streaming: bool) -
         spec_id=metadata.default_spec_id,
         table_uuid=str(metadata.table_uuid),
         format_version=metadata.format_version,
-        properties=dict(metadata.properties),
+        properties=opts.file_properties(metadata.properties),  # + this write's write.* options
         io_properties=io_properties(table),
         tag=tag,
         streaming=streaming,

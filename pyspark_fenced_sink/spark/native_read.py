@@ -172,11 +172,12 @@ def plan_native_read(spark: Any, table: str, *, native: bool | str = "auto", **o
 
     from pyspark_fenced_sink.iceberg.scan import ReadPoint, open_read_table, plan_files, plan_incremental, resolve_point
     from pyspark_fenced_sink.iceberg.spark_types import spark_schema_from_iceberg
-    from pyspark_fenced_sink.options import parse_read_options
+    from pyspark_fenced_sink.options import is_remote_session, parse_read_options
 
     if native not in _NATIVE_MODES:
         raise InvalidOptionsError(f"native={native!r}: expected 'auto', True or False")
-    opts = parse_read_options({**_text(options), "table": table}, streaming=False)
+    remote = is_remote_session(spark)  # Spark Connect: this process plans; the server reads the files
+    opts = parse_read_options({**_text(options), "table": table}, streaming=False, remote=remote)
     iceberg = open_read_table(opts)
     point: ReadPoint
     tasks: list[Any] = []
@@ -221,7 +222,9 @@ def read_table(spark: Any, table: str, *, native: bool | str = "auto", **options
     """A DataFrame of ``table``'s rows: Spark's Parquet reader where that is exact, else the fencedlake source.
 
     Same options and rows as ``spark.read.format("fencedlake").options(**options).load(table)``;
-    see the module docstring for when the faster native path is taken and what differs.
+    see the module docstring for when the faster native path is taken and what differs. Works on
+    Spark Connect sessions: the plan is made in this process, so the catalog must be reachable from
+    here and the embedded catalog needs an absolute ``warehouse``.
     Python keyword names cannot hold dashes: pass dashed options as ``**{"snapshot-id": 5}``.
 
     Raises:
