@@ -97,48 +97,50 @@ def local_runner(
 def spark_runner(spark: Any) -> Runner:
     """A runner that rewrites the groups in one Spark job of ``spark``, one task per group.
 
-    The job is ``spark.range(groups).mapInArrow(...)``: DataFrame API only, so it runs on classic and
-    Spark Connect sessions alike (a Connect session has no ``sparkContext``). Each task returns its
-    pickled :class:`WriteResult`; progress is logged from Spark's status tracker where the session
-    has one (classic), else when the job starts and ends.
+    On a classic session the job is ``sparkContext.parallelize(groups).map(...)`` with progress from
+    Spark's status tracker. A Spark Connect session has no ``sparkContext``: there the job is
+    ``spark.range(groups).mapInArrow(...)`` (DataFrame API only; Connect clients have pandas, which
+    ``mapInArrow`` needs and a classic install may lack), each task returning its pickled
+    :class:`WriteResult`, and progress is logged when the job starts.
     """
 
     def run(spec: WriteSpec, metadata: Any, plan: CompactionPlan, sort: Sequence[tuple[str, str]]) -> list[WriteResult]:
         tasks = [g.tasks for g in plan.groups]
 
-        def rewrite(batches: Any) -> Any:  # executors: one group per input row
-            import pickle
+        def rewrite(i: int) -> WriteResult:  # executors
+            return rewrite_group(spec, metadata, tasks[i], task_info_from_spark(), sort)
 
-            import pyarrow as pa
-
-            for batch in batches:
-                for i in batch.column(0).to_pylist():
-                    result = rewrite_group(spec, metadata, tasks[i], task_info_from_spark(), sort)
-                    yield pa.RecordBatch.from_pydict({"group": [i], "result": [pickle.dumps(result)]})
-
-        job = spark.range(0, len(tasks), 1, len(tasks)).mapInArrow(rewrite, "group long, result binary")
-        done = threading.Event()
-        tracker = _status_tracker(spark)
-        if tracker is not None:
-            args = (tracker, spec.table, len(tasks), done)
-            threading.Thread(target=_report_progress, args=args, daemon=True).start()
-        else:
+        if is_remote_session(spark):
             logger.info("fencedlake compact %s: rewriting %d group(s) in one Spark job", spec.table, len(tasks))
+            return _remote_job(spark, rewrite, len(tasks))
+        sc = spark.sparkContext
+        done = threading.Event()
+        args = (sc.statusTracker(), spec.table, len(tasks), done)
+        threading.Thread(target=_report_progress, args=args, daemon=True).start()
         try:
-            rows = job.collect()
+            results: list[WriteResult] = sc.parallelize(range(len(tasks)), len(tasks)).map(rewrite).collect()
         finally:
             done.set()
-        results = {int(r["group"]): pickle.loads(r["result"]) for r in rows}
-        return [results[i] for i in range(len(tasks))]
+        return results
 
     return run
 
 
-def _status_tracker(spark: Any) -> Any:
-    """Spark's status tracker of a classic session; None on Spark Connect (no ``sparkContext`` there)."""
-    if is_remote_session(spark):
-        return None
-    return spark.sparkContext.statusTracker()
+def _remote_job(spark: Any, rewrite: Callable[[int], WriteResult], count: int) -> list[WriteResult]:
+    """Run ``rewrite`` for groups ``0..count-1`` as ``mapInArrow`` tasks (a Spark Connect session)."""
+
+    def tasks(batches: Any) -> Any:  # executors: one group per input row
+        import pickle
+
+        import pyarrow as pa
+
+        for batch in batches:
+            for i in batch.column(0).to_pylist():
+                yield pa.RecordBatch.from_pydict({"group": [i], "result": [pickle.dumps(rewrite(i))]})
+
+    rows = spark.range(0, count, 1, count).mapInArrow(tasks, "group long, result binary").collect()
+    results = {int(r["group"]): pickle.loads(r["result"]) for r in rows}  # our own tasks' results
+    return [results[i] for i in range(count)]
 
 
 def _report_progress(tracker: Any, table: str, total: int, done: threading.Event) -> None:

@@ -100,13 +100,16 @@ def check_data_source(spark: Any) -> None:
 
     Spark looks a Python data source up in its Python workers (it imports every top-level
     ``pyspark_*`` module there): if their interpreter lacks the package, every read and write fails.
-    Costs one planning round trip to a Python worker.
+    A write also looks it up in the calling thread's active session, which a new Python thread lacks
+    (reads use the session itself), so the probe is a write: of no rows and with no table, which the
+    sink refuses ("no table given") before anything is created. One planning round trip to a
+    Python worker.
 
     Raises:
         FencedLakeError: the data source is not found (not retryable: fix the workers' interpreter).
     """
     try:
-        spark.read.format("fencedlake").load().schema  # noqa: B018 - forces analysis (lazy on Spark Connect)
+        spark.range(0).write.format("fencedlake").mode("append").save()
     except Exception as e:  # noqa: BLE001 - Spark's wrapped errors: only DATA_SOURCE_NOT_FOUND matters here
         if "DATA_SOURCE_NOT_FOUND" not in str(e):
             return  # the source answered (with "no table given"): it is found
