@@ -74,6 +74,8 @@ AS_OF_TIMESTAMP = "as-of-timestamp"
 TAG = "tag"
 START_SNAPSHOT_ID = "start-snapshot-id"
 END_SNAPSHOT_ID = "end-snapshot-id"
+#: A batch read's own row filter (Iceberg syntax): part of what the DataFrame is, so every query of it agrees.
+READ_FILTER = "filter"
 SPLIT_SIZE = "split-size"
 FILE_OPEN_COST = "file-open-cost"
 STREAM_FROM_TIMESTAMP = "stream-from-timestamp"
@@ -130,7 +132,7 @@ _KNOWN = frozenset(
     }
 )
 _TIME_TRAVEL = (SNAPSHOT_ID, AS_OF_TIMESTAMP, BRANCH, TAG)
-_BATCH_READ = frozenset({*_TIME_TRAVEL, END_SNAPSHOT_ID})
+_BATCH_READ = frozenset({*_TIME_TRAVEL, END_SNAPSHOT_ID, READ_FILTER})
 _STREAM_READ = frozenset(
     {STREAM_FROM_TIMESTAMP, STREAMING_MAX_FILES, STREAMING_MAX_ROWS, STREAMING_SKIP_OVERWRITE, STREAMING_SKIP_DELETE}
 )
@@ -596,6 +598,8 @@ class ReadOptions:
         max_rows_per_batch: ``streaming-max-rows-per-micro-batch``, or None (no bound).
         skip_overwrite: ``streaming-skip-overwrite-snapshots``: skip overwrite snapshots instead of failing.
         skip_delete: ``streaming-skip-delete-snapshots``: skip delete snapshots instead of failing.
+        row_filter: ``filter``: an Iceberg filter; the read returns only the rows matching it and skips files
+            that cannot hold one (checked against the table's columns when the read is planned).
     """
 
     table: str
@@ -614,6 +618,7 @@ class ReadOptions:
     max_rows_per_batch: int | None = None
     skip_overwrite: bool = STREAMING_SKIP_OVERWRITE_DEFAULT
     skip_delete: bool = STREAMING_SKIP_DELETE_DEFAULT
+    row_filter: str | None = None
 
     @property
     def incremental(self) -> bool:
@@ -686,4 +691,13 @@ def parse_read_options(
         max_rows_per_batch=_int(opts, STREAMING_MAX_ROWS, None, 1),
         skip_overwrite=_bool(opts, STREAMING_SKIP_OVERWRITE, STREAMING_SKIP_OVERWRITE_DEFAULT),
         skip_delete=_bool(opts, STREAMING_SKIP_DELETE, STREAMING_SKIP_DELETE_DEFAULT),
+        row_filter=_read_filter(opts),
     )
+
+
+def _read_filter(opts: Mapping[str, str]) -> str | None:
+    """The ``filter`` option's text (its columns are checked at planning, against the snapshot's schema)."""
+    text = opts.get(READ_FILTER)
+    if text is not None and not text.strip():
+        raise InvalidOptionsError(f"option {READ_FILTER} is empty: expected a filter such as \"region = 'eu'\"")
+    return text

@@ -37,8 +37,10 @@ from pyiceberg.expressions import (
     LiteralPredicate,
     Not,
     Or,
+    Reference,
     SetPredicate,
     UnboundPredicate,
+    UnboundTerm,
 )
 from pyiceberg.expressions.literals import Literal, StringLiteral
 from pyiceberg.expressions.visitors import (
@@ -112,15 +114,19 @@ class _Normalize(BooleanExpressionVisitor[BooleanExpression]):
         return lit
 
     def visit_unbound_predicate(self, predicate: UnboundPredicate) -> BooleanExpression:
+        name = str(getattr(predicate.term, "name", ""))
+        term: UnboundTerm = predicate.term
         try:
-            field_type: IcebergType | None = self.schema.find_type(str(getattr(predicate.term, "name", "")), False)
+            field = self.schema.find_field(name, False)
+            field_type: IcebergType | None = field.field_type
+            term = Reference(self.schema.find_column_name(field.field_id) or name)  # the table's spelling
         except ValueError:
             field_type = None  # binding names the unknown column
         if isinstance(predicate, LiteralPredicate):
-            return type(predicate)(predicate.term, self._fix(field_type, predicate.literal))
+            return type(predicate)(term, self._fix(field_type, predicate.literal))
         if isinstance(predicate, SetPredicate):
-            return type(predicate)(predicate.term, {self._fix(field_type, lit) for lit in predicate.literals})
-        return predicate
+            return type(predicate)(term, {self._fix(field_type, lit) for lit in predicate.literals})
+        return type(predicate)(term)
 
     def visit_bound_predicate(self, predicate: BoundPredicate) -> BooleanExpression:
         return predicate
@@ -145,6 +151,15 @@ def _parsed(text: str, schema: Schema, what: str = "option replace-where") -> Bo
             "expected an Iceberg filter over the table's columns, e.g. \"ts >= '2026-01-01' AND region = 'eu'\""
         ) from None
     return expr
+
+
+def read_filter(text: str, schema: Schema, what: str = "option filter") -> BooleanExpression:
+    """``text`` parsed and checked against ``schema``, unbound, with the table's column names (for a scan).
+
+    Raises:
+        InvalidOptionsError: as :func:`bind_row_filter`.
+    """
+    return _parsed(text, schema, what)
 
 
 def bind_row_filter(text: str, schema: Schema, what: str = "option replace-where") -> BooleanExpression:

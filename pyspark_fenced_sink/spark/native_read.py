@@ -31,7 +31,9 @@ The native path is taken only when it gives the same rows as the data source:
   opens other schemes through Hadoop connectors that a pip-installed PySpark
   does not have. ``native=True`` takes the native path for any scheme (the
   session must then have the connector and its credentials);
-* no data file path holds a glob character (Spark expands load paths as globs).
+* no data file path holds a glob character (Spark expands load paths as globs);
+* no ``filter`` option (the data source applies it to every row; Spark's reader
+  would return the other rows of the files it keeps).
 
 Otherwise the read goes through ``spark.read.format("fencedlake")`` with the
 same options, and the reason is logged. Either way the rows are the same; what
@@ -187,6 +189,8 @@ def plan_native_read(spark: Any, table: str, *, native: bool | str = "auto", **o
         point = resolve_point(iceberg, opts)
     # The obstacles that need no plan first: a read that falls back plans once, in the data source.
     reason = "native=False" if native is False else _table_obstacle(iceberg, point.schema)
+    if not reason and opts.row_filter is not None:  # Spark's reader would return the kept files' other rows
+        reason = "a filter option: the data source applies it to the rows exactly (and skips the files it excludes)"
     if not reason and not opts.incremental:
         tasks = plan_files(iceberg, point, AlwaysTrue(), opts.table)
     paths = tuple(t.file.file_path for t in tasks)

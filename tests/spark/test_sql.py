@@ -112,11 +112,12 @@ def test_what_spark_refuses_for_python_sources_is_refused_by_spark(
 ) -> None:
     """The README maps these Spark errors to fencedlake's options; pin Spark's wording so the map stays true."""
     register_view(spark, "refused", "sql.refused", schema="id BIGINT", warehouse=wh)
-    with pytest.raises(Exception, match=spark_says):  # noqa: PT011 - Spark's own AnalysisException
-        if statement == "overwritePartitions":
-            spark.range(1).writeTo("refused").overwritePartitions()
-        else:
-            spark.sql("INSERT INTO refused REPLACE WHERE id = 1 VALUES (1)")
+    run = {
+        "overwritePartitions": lambda: spark.range(1).writeTo("refused").overwritePartitions(),
+        "replace-where-sql": lambda: spark.sql("INSERT INTO refused REPLACE WHERE id = 1 VALUES (1)"),
+    }[statement]
+    with pytest.raises(Exception, match=spark_says):
+        run()
 
 
 def test_an_iceberg_write_option_sets_this_writes_target_file_size(spark: Any, wh: str) -> None:
