@@ -3,8 +3,8 @@
 Each module that needs one starts it through its script in ``integration/services/``
 (``connect.sh``, ``cluster.sh``: the same scripts a developer runs by hand) and stops
 it when the module ends, so a run of other modules pays nothing for them. Ports come
-from ``FENCEDLAKE_IT_CONNECT_PORT`` (54334) and ``FENCEDLAKE_IT_MASTER_PORT`` (54335; the
-master's web UI and the workers take the next five).
+from ``FENCEDLAKE_IT_CONNECT_PORT`` (54334) and ``FENCEDLAKE_IT_MASTER_PORT`` (54335; the two
+workers take the next two; web UIs take free ports).
 """
 
 from __future__ import annotations

@@ -43,8 +43,8 @@ ROOT = Path(__file__).resolve().parents[1]
 @pytest.fixture(scope="module")
 def server() -> Iterator[str]:
     """The Connect server's URL; the server runs for this module only."""
-    service("connect.sh", "start", timeout=400)
     try:
+        service("connect.sh", "start", timeout=400)
         yield connect_url()
     finally:
         service("connect.sh", "stop")
@@ -136,7 +136,9 @@ def test_batch_stream_compact_read_table_and_sql_over_connect(server: str, tmp_p
         assert df.count() == 600
         register_view(spark, "cx_events", "cx.events", warehouse=wh)
         spark.sql("INSERT INTO cx_events SELECT id + 600 AS id FROM cx_events WHERE id < 10")
+        register_view(spark, "cx_events", "cx.events", warehouse=wh)  # a view reads its first query's snapshot
         assert spark.sql("SELECT count(*) AS n FROM cx_events").collect()[0].n == 610
+        assert spark.sql("SELECT count(*) AS n FROM cx_events WHERE id >= 600").collect()[0].n == 10
     finally:
         spark.stop()
     assert _ids(wh, "cx.events") == list(range(610))
@@ -149,15 +151,18 @@ def test_typed_errors_come_back_typed_through_the_client(server: str, tmp_path: 
     wh = str(tmp_path / "wh")
     spark = _session(server)
     try:
-        writer = spark.range(5).write.format("fencedlake").option("warehouse", wh)
+
+        def writer() -> Any:  # a fresh DataFrameWriter each time: option() changes the writer it is called on
+            return spark.range(5).write.format("fencedlake").option("warehouse", wh)
+
         with pytest.raises(Exception) as err:  # noqa: PT011 - the client's exception carries the sink's text
-            writer.mode("append").option("replaceWhere", "id < 5").save("cx.errors")
+            writer().mode("append").option("replaceWhere", "id < 5").save("cx.errors")
         typed = fencedlake_error(err.value)
         assert isinstance(typed, InvalidOptionsError) and "replacewhere -> replace-where" in str(typed)
 
-        writer.mode("append").save("cx.errors")
+        writer().mode("append").save("cx.errors")
         with pytest.raises(Exception) as err:  # noqa: PT011
-            writer.mode("overwrite").option("replace-where", "id < 3").save("cx.errors")
+            writer().mode("overwrite").option("replace-where", "id < 3").save("cx.errors")
         assert isinstance(fencedlake_error(err.value), WriteRejectedError)
 
         with pytest.raises(Exception) as err:  # noqa: PT011

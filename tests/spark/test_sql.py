@@ -155,3 +155,20 @@ def test_check_data_source_names_data_source_not_found(spark: Any) -> None:
     assert len(caught) == 1 and isinstance(caught[0], FencedLakeError), caught
     text = str(caught[0])
     assert "DATA_SOURCE_NOT_FOUND" in text and "PYSPARK_PYTHON" in text and "activate_session" in text
+
+
+def test_a_view_reads_the_snapshot_its_first_query_planned_until_declared_again(spark: Any, wh: str) -> None:
+    """Spark 4.1-4.3 keep a Python source's read plan on the relation: a view (like a DataFrame) keeps reading
+    the snapshot its first query planned; register_view again reads the current one. (If this starts failing,
+    Spark plans every query anew: drop the caveat from the README's SQL section and docs/PROTOCOL.md §14.)"""
+    from pyspark_fenced_sink.spark.reader import PUSHED_FILTERS_PRUNE
+
+    register_view(spark, "frozen", "sql.frozen", schema="id BIGINT NOT NULL", warehouse=wh)
+    spark.sql("INSERT INTO frozen VALUES (1), (2)")
+    assert spark.sql("SELECT count(*) AS n FROM frozen").collect()[0].n == 2
+    spark.sql("INSERT INTO frozen VALUES (3)")
+    seen = spark.sql("SELECT count(*) AS n FROM frozen").collect()[0].n
+    assert seen == (3 if PUSHED_FILTERS_PRUNE else 2)
+    register_view(spark, "frozen", "sql.frozen", warehouse=wh)
+    assert spark.sql("SELECT count(*) AS n FROM frozen").collect()[0].n == 3
+    assert ids_of(wh, "sql.frozen") == [1, 2, 3]
