@@ -6,7 +6,8 @@
   snapshot's own schema, the table's schema for a branch, as Iceberg's Spark reader does).
 * :func:`plan_files` — pyiceberg's planning with a row filter: manifests and data files skipped
   by partition values and column statistics, positional delete files attached to the data files
-  they apply to; equality deletes refused (pyiceberg 0.12 cannot apply them).
+  they apply to; equality deletes refused (pyiceberg 0.12 cannot apply them). Each manifest is
+  decoded once per process (``iceberg.manifest_cache``).
 * :func:`plan_incremental` — ``start-snapshot-id`` / ``end-snapshot-id``: the files appended
   between two snapshots.
 * :func:`pack` — data files spread over ``ceil(total / split-size)`` input splits of even
@@ -26,12 +27,13 @@ from typing import Any
 from pyiceberg.expressions import BooleanExpression
 from pyiceberg.manifest import DataFile
 from pyiceberg.schema import Schema
-from pyiceberg.table import DataScan, FileScanTask
+from pyiceberg.table import FileScanTask
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.refs import SnapshotRefType
 from pyiceberg.table.snapshots import Snapshot
 
 from pyspark_fenced_sink.errors import InvalidOptionsError, ReadRefusedError
+from pyspark_fenced_sink.iceberg.manifest_cache import planning_scan
 from pyspark_fenced_sink.options import ReadOptions
 
 __all__ = [
@@ -183,7 +185,7 @@ def plan_files(table: Any, point: ReadPoint, row_filter: BooleanExpression, name
         raise _equality_deletes_refused(name, point.label)
     # Bind the filter to the schema read (a time-traveled snapshot may use older column names).
     metadata = table.metadata.model_copy(update={"current_schema_id": point.schema.schema_id})
-    scan = DataScan(metadata, table.io, row_filter=row_filter, snapshot_id=point.snapshot.snapshot_id)
+    scan = planning_scan(metadata, table.io, row_filter=row_filter, snapshot_id=point.snapshot.snapshot_id)
     return _planned(scan, name, point.label)
 
 
