@@ -26,7 +26,7 @@ from integration.conftest import Services
 from integration.sparkservices import STATE, master_url, pid_of, service
 from integration.targets import target_options
 from pyspark_fenced_sink.iceberg.catalogs import load_catalog, open_table
-from pyspark_fenced_sink.options import catalog_config
+from pyspark_fenced_sink.options.catalog import catalog_config
 from pyspark_fenced_sink.testing.invariants import check_table
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -34,7 +34,7 @@ from pyspark_fenced_sink import (
     tune_session,
 )
 from pyspark_fenced_sink.iceberg.catalogs import embedded_catalog, open_table
-from pyspark_fenced_sink.options import catalog_config
+from pyspark_fenced_sink.options.catalog import catalog_config
 from pyspark_fenced_sink.testing.invariants import check_table
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -19,7 +19,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from pyspark_fenced_sink.errors import FencedLakeError, InvalidOptionsError, ServiceError
-from pyspark_fenced_sink.options import CatalogConfig, mask_secrets, redact
+from pyspark_fenced_sink.masking import mask_secrets, redact
+from pyspark_fenced_sink.options.catalog import CatalogConfig
 
 __all__ = ["classify", "service_errors"]
 

@@ -1,10 +1,8 @@
-"""The ``fencedlake`` CLI's arguments: every command, its help and its options (ops.cli runs them).
+"""The ``fencedlake`` command line's argument parser (PROTOCOL.md §8.1): one sub-parser per command.
 
-Every command takes the table as its first argument and the common catalog
-options (``--catalog``, ``--catalog-prop``, ``--warehouse``, ``--json``). Every
-``--help`` lists the exit statuses (:data:`EXIT_STATUSES`) and each option's
-default. A usage error raises ``InvalidOptionsError`` (exit 2) instead of
-printing, so ``--json`` can report it as JSON.
+Every ``--help`` lists the exit statuses (:data:`EXIT_STATUSES`) and each option's
+default. A usage error raises ``InvalidOptionsError`` (exit 2) instead of printing,
+so ``--json`` can report it as JSON.
 """
 
 from __future__ import annotations
@@ -115,7 +113,7 @@ _HELP = {
 
 
 def _version() -> str:
-    from pyspark_fenced_sink import __version__
+    from pyspark_fenced_sink.version import __version__
 
     return __version__
 

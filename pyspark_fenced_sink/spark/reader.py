@@ -1,22 +1,11 @@
-"""The batch reader Spark calls (``spark.read.format("fencedlake")``): thin, calls the planner.
+"""The batch reader Spark calls (``spark.read.format("fencedlake")``): thin, over the planner (PROTOCOL.md §14).
 
-``FencedLakeDataSource.reader()`` -> :func:`open_reader` (a Python worker on the
-driver: options, one catalog read, the snapshot and schema read) -> ``pushFilters``
-(Spark >= 4.1, only with ``spark.sql.python.filterPushdown.enabled=true``) ->
-:meth:`FencedLakeReader.partitions` (plan and prune files, pack them into
-splits) -> :meth:`FencedLakeReader.read` per split (executors: Arrow batches).
-
-Spark has no column-pruning hook for Python sources: a query reads every
-column of the read schema unless the user gives ``spark.read`` a schema, which
-this reader takes as a projection (only those columns are decoded).
-
-Filter pushdown: Spark refuses to plan a reader that implements
-``pushFilters`` while the session's ``spark.sql.python.filterPushdown.enabled``
-is false (its default), and only its filter-pushdown planner calls the method.
-The reader cannot see the session's settings, so :func:`open_reader` hands out
-the filtering reader only inside that planner (recognised by its module) and
-the plain one everywhere else: reads work with either setting, and prune files
-when the setting is on (``tune_session`` turns it on).
+:func:`open_reader` (driver: options, one catalog read, snapshot and schema) ->
+``pushFilters`` (with ``spark.sql.python.filterPushdown.enabled``; only Spark's
+pushdown planner gets the filtering reader) -> ``partitions`` (plan, prune,
+pack into splits) -> ``read`` per split (executors, ``read.task``). A
+user-given schema is the projection: Spark has no column-pruning hook for
+Python sources.
 
 Spark 4.1 to 4.3 keep the read planned for a relation's first query on the
 relation itself and reuse it for every later query of the same DataFrame or SQL
@@ -43,7 +32,7 @@ from pyspark.sql.datasource import DataSourceReader, InputPartition
 
 from pyspark_fenced_sink import logs
 from pyspark_fenced_sink.errors import marked_errors
-from pyspark_fenced_sink.options import ReadOptions, parse_read_options
+from pyspark_fenced_sink.options.read import ReadOptions, parse_read_options
 from pyspark_fenced_sink.read.task import ReadSpec, read_files
 
 __all__ = [
@@ -113,8 +102,8 @@ def _has_uuid(schema: Any) -> bool:
 
 def table_schema(options: Any) -> Any:
     """The Spark schema a read with ``options`` returns (``DataSource.schema()``; batch or stream from the keys)."""
-    from pyspark_fenced_sink.iceberg.scan import open_read_table, resolve_point
-    from pyspark_fenced_sink.iceberg.spark_types import spark_schema_from_iceberg
+    from pyspark_fenced_sink.iceberg.planning.scan import open_read_table, resolve_point
+    from pyspark_fenced_sink.spark.schema_from_iceberg import spark_schema_from_iceberg
 
     with marked_errors():
         opts = parse_read_options(dict(options), streaming=None)
@@ -129,9 +118,9 @@ def open_read(options: Any, schema: Any, *, streaming: bool) -> tuple[ReadOption
     ``schema`` is the Spark schema Spark asks for: the table's own (from ``DataSource.schema()``) or
     a user-given projection of it.
     """
-    from pyspark_fenced_sink.iceberg.catalogs import io_properties
-    from pyspark_fenced_sink.iceberg.scan import ReadPoint, executor_metadata, open_read_table, resolve_point
-    from pyspark_fenced_sink.iceberg.spark_types import project_user_schema, spark_schema_from_iceberg
+    from pyspark_fenced_sink.iceberg.codec.fileio import io_properties
+    from pyspark_fenced_sink.iceberg.planning.scan import ReadPoint, executor_metadata, open_read_table, resolve_point
+    from pyspark_fenced_sink.spark.schema_from_iceberg import project_user_schema, spark_schema_from_iceberg
 
     logs.configure_from_env()
     opts = parse_read_options(dict(options), streaming=streaming)
@@ -144,7 +133,7 @@ def open_read(options: Any, schema: Any, *, streaming: bool) -> tuple[ReadOption
     projection = point.schema if schema == full else project_user_schema(schema, point.schema, opts.table)
     row_filter: BooleanExpression = AlwaysTrue()
     if opts.row_filter is not None:
-        from pyspark_fenced_sink.iceberg.row_filter import read_filter
+        from pyspark_fenced_sink.iceberg.codec.row_filter import read_filter
 
         row_filter = read_filter(opts.row_filter, point.schema)
     spec = ReadSpec(
@@ -161,7 +150,7 @@ def open_read(options: Any, schema: Any, *, streaming: bool) -> tuple[ReadOption
 
 def split_tasks(table: Any, opts: ReadOptions, tasks: Sequence[Any], metadata: Any = None) -> list[FencedLakeSplit]:
     """Pack planned file tasks into Spark's input splits (statistics stripped for the trip to executors)."""
-    from pyspark_fenced_sink.iceberg.scan import executor_task, pack, split_sizing
+    from pyspark_fenced_sink.iceberg.planning.scan import executor_task, pack, split_sizing
 
     groups = pack(tasks, split_sizing(table.properties, opts, tasks))
     return [FencedLakeSplit(i, [executor_task(t) for t in group], metadata) for i, group in enumerate(groups)]
@@ -187,7 +176,7 @@ class FencedLakeReader(DataSourceReader):
 
     def partitions(self) -> list[FencedLakeSplit]:
         """Plan the read: files pruned by the pushed filter, packed into splits (driver)."""
-        from pyspark_fenced_sink.iceberg.scan import plan_files, plan_incremental
+        from pyspark_fenced_sink.iceberg.planning.scan import plan_files, plan_incremental
 
         with marked_errors():
             if self.opts.incremental:
@@ -234,7 +223,7 @@ class FencedLakeFilteringReader(FencedLakeReader):
 
         from pyiceberg.expressions import And
 
-        from pyspark_fenced_sink.iceberg.filters import to_iceberg
+        from pyspark_fenced_sink.spark.filters_to_iceberg import to_iceberg
 
         if not PUSHED_FILTERS_PRUNE:
             logger.info(

@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from pyspark_fenced_sink.errors import InvalidOptionsError, marked_errors
-from pyspark_fenced_sink.options import TABLE, validate_table_name
+from pyspark_fenced_sink.options.common import TABLE, validate_table_name
 
 __all__ = ["refuse_catalog_table", "register_view", "view_statement"]
 

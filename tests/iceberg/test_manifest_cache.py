@@ -1,4 +1,4 @@
-"""Read planning with each manifest decoded once per process (iceberg/manifest_cache.py; PROTOCOL.md §14)."""
+"""Read planning with each manifest decoded once per process (iceberg/planning/manifest_cache.py; PROTOCOL.md §14)."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from pyiceberg.table import DataScan
 from pyiceberg.transforms import IdentityTransform
 from pyiceberg.types import LongType, NestedField, StringType
 
-from pyspark_fenced_sink.iceberg import manifest_cache
-from pyspark_fenced_sink.iceberg.manifest_cache import planning_scan
+from pyspark_fenced_sink.iceberg.planning import manifest_cache
+from pyspark_fenced_sink.iceberg.planning.manifest_cache import planning_scan
 from tests.read.tables import make_table
 
 SCHEMA = Schema(NestedField(1, "id", LongType()), NestedField(2, "region", StringType()))

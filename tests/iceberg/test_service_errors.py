@@ -10,9 +10,10 @@ from typing import Any
 import pytest
 
 from pyspark_fenced_sink.errors import InvalidOptionsError, ServiceError, fencedlake_error
-from pyspark_fenced_sink.iceberg.catalogs import load_catalog, resolve_table
+from pyspark_fenced_sink.iceberg.catalogs import TableCreation, load_catalog, open_table
 from pyspark_fenced_sink.iceberg.service_errors import classify
-from pyspark_fenced_sink.options import catalog_config, parse_options
+from pyspark_fenced_sink.options.catalog import catalog_config
+from pyspark_fenced_sink.options.write import parse_write_options
 
 SECRET = "s3cr3t-Value-9"
 
@@ -50,7 +51,7 @@ def test_a_wrong_s3_endpoint_fails_table_creation_with_a_typed_error(tmp_path: A
     """The table's metadata cannot be written to S3 (nothing listens): ServiceError(storage) naming s3.endpoint,
     the secret key masked; the typed error survives the trip through Spark's text (fencedlake_error)."""
     endpoint = f"http://127.0.0.1:{_closed_port()}"
-    opts = parse_options(
+    opts = parse_write_options(
         {
             "table": "db.t",
             "catalog.type": "sql",
@@ -62,10 +63,12 @@ def test_a_wrong_s3_endpoint_fails_table_creation_with_a_typed_error(tmp_path: A
             "catalog.s3.region": "us-east-1",
         }
     )
-    from pyspark.sql.types import LongType, StructField, StructType
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import LongType, NestedField
 
+    creation = TableCreation(lambda: Schema(NestedField(1, "x", LongType())))
     with pytest.raises(ServiceError) as err:
-        resolve_table(load_catalog(opts.catalog), opts, StructType([StructField("x", LongType())]))
+        open_table(opts.catalog, opts.table, create=creation)
     e = err.value
     assert (e.service, e.retryable, e.table) == ("storage", True, "db.t")
     assert e.endpoint == f"{endpoint} (s3.endpoint)"
