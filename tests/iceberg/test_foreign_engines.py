@@ -1,0 +1,94 @@
+"""Another engine changes the table between a write's WAL put and its apply (PROTOCOL.md §5.4).
+
+Each test makes a fencedlake entry durable (its driver "dies" after the put),
+lets plain pyiceberg (``tests.iceberg.foreign``) change the table, then lets
+the next committer (``recover``, or another write) reconcile it: the entry
+must end APPLIED or REFUSED by one committed decision, and no row outside
+what the entry replaces may be lost.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from pyspark.sql.types import DoubleType, LongType, StructField, StructType
+
+from pyspark_fenced_sink.errors import WriteRejectedError
+from pyspark_fenced_sink.iceberg.catalogs import embedded_catalog
+from pyspark_fenced_sink.protocol.commit import recover
+from pyspark_fenced_sink.protocol.publish import publish_branch
+from pyspark_fenced_sink.protocol.wal import WalEntry
+from pyspark_fenced_sink.testing.harness import open_target, sink_write
+from tests.iceberg import foreign
+from tests.iceberg.test_write_modes import TABLE, days, prepared, rows, write
+
+
+@pytest.fixture
+def wh(tmp_path: Any) -> str:
+    return str(tmp_path / "wh")
+
+
+def durable(wh: str, entry: WalEntry) -> int:
+    """Put ``entry`` into the WAL as a writer that dies right after its put; its seq."""
+    return open_target(wh, TABLE).ctx.wal.append(entry, start=0)
+
+
+def settle(wh: str) -> dict[int, str]:
+    """``fencedlake recover``: every pending entry decided and committed; seq -> outcome code."""
+    records = recover(open_target(wh, TABLE).ctx)
+    return {r.first + i: code for r in records for i, (_, code) in enumerate(r.outcomes)}
+
+
+def table(wh: str, name: str = TABLE) -> Any:
+    return embedded_catalog(wh).load_table(name)
+
+
+# ---------------------------------------------------------------------------------------------- failure 1
+
+
+@pytest.mark.xfail(strict=True, reason="issue 24 failure 1: the filter is bound by name at apply time and raises")
+def test_a_column_rename_does_not_strand_a_durable_replace_where(wh: str) -> None:
+    """replace-where on ``day`` durable, ``day`` renamed ``dt``: the entry applies (by field id); the table moves on."""
+    write(wh, days(d1=[1], d2=[2]))
+    seq = durable(wh, prepared(wh, days(d1=[9]), overwrite=True, **{"replace-where": "day = 'd1'"}))
+    foreign.rename_column(table(wh), "day", "dt")
+    assert settle(wh)[seq] == "A"
+    got = sorted((r["id"], r["dt"]) for r in table(wh).scan().to_arrow().to_pylist())
+    assert got == [(2, "d2"), (9, "d1")]
+
+
+# ---------------------------------------------------------------------------------------------- failure 2
+
+DOUBLES = StructType([StructField("id", LongType()), StructField("v", DoubleType())])
+
+
+def doubles(wh: str, ids: list[int], values: list[float], **options: str) -> Any:
+    data = pa.table({"id": pa.array(ids, pa.int64()), "v": pa.array(values, pa.float64())})
+    overwrite = "replace-where" in options
+    return sink_write(wh, "db.n", data, options, schema=DOUBLES, overwrite=overwrite, tasks=1)
+
+
+@pytest.mark.xfail(strict=True, reason="issue 24 failure 2: files carry no NaN counts; absent read as 'no NaN'")
+def test_a_nan_row_outside_the_filter_refuses_replace_where(wh: str) -> None:
+    """A live file holds 1.0, 2.0, NaN: ``v < 100`` straddles it (NaN does not match), so the write is refused."""
+    doubles(wh, [1, 2, 3], [1.0, 2.0, float("nan")])
+    with pytest.raises(WriteRejectedError, match="rows on both sides"):
+        doubles(wh, [4], [5.0], **{"replace-where": "v < 100"})
+    got = table(wh, "db.n").scan().to_arrow().column("id").to_pylist()
+    assert sorted(got) == [1, 2, 3]
+
+
+# ---------------------------------------------------------------------------------------------- failure 5
+
+
+@pytest.mark.xfail(strict=True, reason="issue 24 failure 5: 'main changed data' read from summary counters only")
+def test_publish_is_refused_after_a_minimal_summary_append_on_main(wh: str) -> None:
+    """Another engine appends to main with a summary of only ``operation``: main changed data, publish refused."""
+    write(wh, days(d1=[1]))
+    write(wh, days(d2=[2]), branch="audit")
+    foreign.append_minimal_summary(table(wh), pa.table({"id": pa.array([3], pa.int64()), "day": ["d3"]}))
+    with pytest.raises(WriteRejectedError, match="changed data"):
+        publish_branch(open_target(wh, TABLE).ctx, "audit")
+    assert rows(wh) == [(1, "d1"), (3, "d3")]
