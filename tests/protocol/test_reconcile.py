@@ -64,7 +64,7 @@ def data(
         batch=batch,
         strict=strict,
         mode=mode,
-        files=tuple({"p": f"{token}-{i}.parquet"} for i in range(files)),
+        files=tuple({"p": f"{token}-{i}.parquet", "s": 0} for i in range(files)),
         spec_id=spec_id,
         created_ms=0,
     )
@@ -78,7 +78,7 @@ def anon(token: str, *, opened: int = 0, mode: str = "append", files: int = 1) -
         ephemeral=True,
         mode=mode,
         opened=opened,
-        files=tuple({"p": f"{token}-{i}.parquet"} for i in range(files)),
+        files=tuple({"p": f"{token}-{i}.parquet", "s": 0} for i in range(files)),
         created_ms=0,
     )
 
