@@ -103,7 +103,8 @@ class WriteMode(str, Enum):
     time, by ``protocol.replace.removals``. Reconciliation starts a new commit
     before an applied entry that replaces rows (:attr:`replaces_rows`), and only
     appends to the same branch with the same snapshot properties join a commit
-    after its first applied entry, if that entry takes them (:attr:`takes_appends`).
+    after its first applied entry, if that entry takes them (:attr:`takes_appends`:
+    only an append does, so an entry that replaces rows always commits alone).
 
     * ``APPEND`` adds files;
     * ``OVERWRITE`` removes every live file of the branch (static overwrite);
@@ -129,8 +130,13 @@ class WriteMode(str, Enum):
 
     @property
     def takes_appends(self) -> bool:
-        """True if appends after an entry of this mode may join its catalog commit."""
-        return self not in (WriteMode.PUBLISH, WriteMode.COMPACT)
+        """True if appends after an entry of this mode may join its catalog commit.
+
+        Only appends do: a commit that replaces rows is an ``overwrite`` (or ``replace``) snapshot, which
+        stream readers may skip (``streaming-skip-overwrite-snapshots``), and appended rows inside it would
+        be skipped with it (PROTOCOL.md §5.1).
+        """
+        return self is WriteMode.APPEND
 
 
 @dataclass(frozen=True)

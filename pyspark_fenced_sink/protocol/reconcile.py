@@ -38,9 +38,9 @@ only ``APPLIED`` data and publish entries change the table. Every catalog
 commit targets one branch (PROTOCOL.md §5.1): its first applied entry (the
 *head*) decides the branch, the snapshot properties and the mode; after it, only
 appends to the same branch with the same snapshot properties join, and only if
-the head takes them (a publish and a compaction take none). Any other applied entry starts the
-next commit, so a commit is one append, or one atomic replace followed by the
-appends that come after it in WAL order, on one branch.
+the head takes them (only an append does). Any other applied entry starts the
+next commit, so a commit is a group of appends on one branch, or one entry that
+replaces rows (an overwrite, a publish, a compaction) alone.
 """
 
 from __future__ import annotations

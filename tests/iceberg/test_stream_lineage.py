@@ -66,7 +66,6 @@ def test_a_stream_of_main_survives_a_second_publish(wh: str) -> None:
     assert restarted == []
 
 
-@pytest.mark.xfail(strict=True, reason="issue 24 failure 4: appends join an overwrite snapshot, which is skipped")
 def test_appends_after_a_pending_overwrite_reach_a_stream_that_skips_overwrites(wh: str) -> None:
     """A dynamic overwrite durable (its driver died), then an append: the append's rows are streamed."""
     write(wh, days(d1=[1]))
