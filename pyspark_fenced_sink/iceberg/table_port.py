@@ -40,6 +40,7 @@ from pyiceberg.exceptions import (
     ServiceUnavailableError,
     TooManyRequestsError,
 )
+from pyiceberg.io import FileIO
 from pyiceberg.manifest import DataFile
 from pyiceberg.table import Table, Transaction
 from pyiceberg.table.metadata import TableMetadata
@@ -317,11 +318,11 @@ def check_replace_where(table: Table, branch: str | None, row_filter: str, name:
         raise WriteRejectedError(f"table {name}: {e.reason}", table=name, outcome="REFUSED") from e
 
 
-def _fast_forward_target(metadata: TableMetadata, branch: str) -> int:
+def _fast_forward_target(metadata: TableMetadata, io: FileIO, branch: str) -> int:
     """The head of ``branch`` if main may be fast-forwarded to it (``protocol.replace.check_fast_forward``)."""
     ref = metadata.refs.get(branch)
     found = ref.snapshot_id if ref is not None and ref.snapshot_ref_type == SnapshotRefType.BRANCH else None
-    return check_fast_forward(branch, metadata.current_snapshot_id, found, snapshot_history(metadata))
+    return check_fast_forward(branch, metadata.current_snapshot_id, found, snapshot_history(metadata, io))
 
 
 def check_publish(table: Table, branch: str, name: str) -> int:
@@ -331,7 +332,7 @@ def check_publish(table: Table, branch: str, name: str) -> int:
         WriteRejectedError: the branch is missing, or main changed data since it forked.
     """
     try:
-        return _fast_forward_target(table.metadata, branch)
+        return _fast_forward_target(table.metadata, table.io, branch)
     except EntryRefused as e:
         raise WriteRejectedError(f"table {name}: {e.reason}", table=name, outcome="REFUSED") from e
 
@@ -358,7 +359,7 @@ def _publish(staged: StagedCommit, head: WalEntry | None) -> Any:
     if source is None:
         raise CorruptControlDataError("a publish entry names no branch: the WAL object is damaged")
     metadata = staged.tx.table_metadata
-    branch_head = _fast_forward_target(metadata, source)
+    branch_head = _fast_forward_target(metadata, staged.table.io, source)
     staged.refs.add(source)
     if branch_head != metadata.current_snapshot_id:
         staged.move_ref(MAIN_BRANCH, branch_head)

@@ -30,13 +30,23 @@ table's data at one version, so it is committed before it is reported.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 
 from pyspark_fenced_sink.protocol.wal import MAIN_BRANCH, WalEntry, WriteMode
 
-__all__ = ["EntryRefused", "LiveFile", "Match", "Refusals", "check_fast_forward", "removals"]
+__all__ = ["EntryRefused", "LiveFile", "Match", "Refusals", "changed_data", "check_fast_forward", "removals"]
+
+#: Snapshot summary counters that, when positive, say a snapshot changed data (Iceberg's summary keys).
+DATA_COUNTERS = (
+    "added-data-files",
+    "deleted-data-files",
+    "added-delete-files",
+    "removed-delete-files",
+    "added-records",
+    "deleted-records",
+)
 
 
 class Match(str, Enum):
@@ -144,6 +154,26 @@ def _compaction_inputs(entry: WalEntry, live: Sequence[LiveFile]) -> list[LiveFi
             "as they are. Run the compaction again"
         )
     return [by_path[p] for p in entry.inputs]
+
+
+def changed_data(
+    counters: Mapping[str, str] | None, own_manifests: Callable[[], Iterable[tuple[int | None, int | None]]]
+) -> bool:
+    """True if a snapshot added or removed data or delete files; absent facts are never read as "no change".
+
+    The Iceberg spec requires only ``operation`` in a summary, so its counters are a shortcut, not the
+    answer: a positive counter (:data:`DATA_COUNTERS`) says "changed" at once; otherwise the manifests the
+    snapshot itself added decide (``own_manifests``: their added and deleted file counts, None where the
+    manifest list does not say). A snapshot changed data iff one of them added or deleted a file — or
+    does not say how many.
+    """
+    for key in DATA_COUNTERS:
+        try:
+            if int((counters or {}).get(key) or 0) > 0:
+                return True
+        except ValueError:
+            break  # an unreadable counter: the manifests decide
+    return any(added is None or deleted is None or added + deleted > 0 for added, deleted in own_manifests())
 
 
 def check_fast_forward(

@@ -83,7 +83,6 @@ def test_a_nan_row_outside_the_filter_refuses_replace_where(wh: str) -> None:
 # ---------------------------------------------------------------------------------------------- failure 5
 
 
-@pytest.mark.xfail(strict=True, reason="issue 24 failure 5: 'main changed data' read from summary counters only")
 def test_publish_is_refused_after_a_minimal_summary_append_on_main(wh: str) -> None:
     """Another engine appends to main with a summary of only ``operation``: main changed data, publish refused."""
     write(wh, days(d1=[1]))
