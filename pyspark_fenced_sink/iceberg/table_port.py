@@ -41,23 +41,20 @@ from pyiceberg.exceptions import (
     TooManyRequestsError,
 )
 from pyiceberg.io import FileIO
-from pyiceberg.manifest import DataFile
 from pyiceberg.table import Table, Transaction
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.refs import SnapshotRefType
-from pyiceberg.table.snapshots import Snapshot
 from pyiceberg.table.update import AssertDefaultSpecId, AssertTableUUID, update_table_metadata
 
 from pyspark_fenced_sink import failpoints
 from pyspark_fenced_sink.errors import CorruptControlDataError, InvalidOptionsError, WriteRejectedError
-from pyspark_fenced_sink.iceberg.branches import StagedCommit, live_data_files, ref_requirements, snapshot_history
-from pyspark_fenced_sink.iceberg.datafiles import decode_data_file, encode_partition
+from pyspark_fenced_sink.iceberg.branches import StagedCommit, ref_requirements, snapshot_history
+from pyspark_fenced_sink.iceberg.entry_files import INAPPLICABLE, decoded_files, doomed_files
 from pyspark_fenced_sink.iceberg.manifests import append_producer
 from pyspark_fenced_sink.iceberg.rewrite import compaction_producer
-from pyspark_fenced_sink.iceberg.row_filter import file_matcher
 from pyspark_fenced_sink.protocol.commit import CommitConflict, CommitUnknown
 from pyspark_fenced_sink.protocol.reconcile import ReconcilePlan
-from pyspark_fenced_sink.protocol.replace import EntryRefused, LiveFile, check_fast_forward, removals
+from pyspark_fenced_sink.protocol.replace import EntryRefused, check_fast_forward
 from pyspark_fenced_sink.protocol.state import (
     STATE_PROPERTY,
     SUMMARY_PUBLISHED,
@@ -67,7 +64,7 @@ from pyspark_fenced_sink.protocol.state import (
     encode_record,
 )
 from pyspark_fenced_sink.protocol.view import TableView
-from pyspark_fenced_sink.protocol.wal import MAIN_BRANCH, EntryKind, WalEntry, WriteMode, encoded_spec_id
+from pyspark_fenced_sink.protocol.wal import MAIN_BRANCH, EntryKind, WalEntry, WriteMode
 
 __all__ = ["IcebergTablePort", "check_publish", "check_replace_where", "view_of"]
 
@@ -218,26 +215,28 @@ class IcebergTablePort:
     ) -> TableView:
         table = self.table(base)
         metadata = table.metadata
-        schema = metadata.schema()
-        specs = metadata.specs()
-        fv = metadata.format_version
-        partition_types = {sid: spec.partition_type(schema) for sid, spec in specs.items()}
-        added = [
-            decode_data_file(f, partition_types[encoded_spec_id(f)], fv) for s in plan.apply for f in entries[s].files
-        ]
+        added = decoded_files(metadata, plan, entries)
         summary = {**dict(plan.properties), **encode_record(record)}
         head = entries[plan.head] if plan.head is not None else None
         staged = None
         try:
             staged = StagedCommit(_LeanTransaction(table), table, plan.branch, summary)
             producer = _PRODUCERS[plan.mode](staged, head)
+            for data_file in added:
+                producer.append_data_file(data_file)
+            staged.finish(producer)
         except EntryRefused as e:
             if staged is not None:
                 staged.cleanup()
-            raise EntryRefused(e.reason, plan.head) from e
-        for data_file in added:
-            producer.append_data_file(data_file)
-        staged.finish(producer)
+            raise EntryRefused(e.reason, plan.head if e.seq is None else e.seq) from e
+        except INAPPLICABLE as e:  # the table as another engine left it cannot take the entry: decide, not raise
+            if staged is not None:
+                staged.cleanup()
+            logger.warning("fencedlake: WAL seq %s cannot be applied to %s", plan.head, self.name, exc_info=True)
+            raise EntryRefused(
+                f"the entry cannot be applied to the table as it is now ({type(e).__name__}: {e}); nothing was changed",
+                plan.head,
+            ) from e
         staged.tx.set_properties({STATE_PROPERTY: plan.state.encode()})
         failpoints.hit("commit.after-manifests-written")
         requirements = (
@@ -281,24 +280,6 @@ def _append(staged: StagedCommit, head: WalEntry | None) -> Any:
     return append_producer(staged.update(), staged.tx.table_metadata.properties)
 
 
-def _doomed(table: Table, metadata: TableMetadata, snapshot: Snapshot, head: WalEntry) -> list[DataFile]:
-    """The live files of ``snapshot`` that applying ``head`` removes (``protocol.replace.removals``).
-
-    Raises:
-        EntryRefused: a replace-where finds a live file that straddles its filter.
-    """
-    live = {f.file_path: f for f in live_data_files(table, snapshot)}
-    schema, specs = metadata.schema(), metadata.specs()
-    types = {sid: spec.partition_type(schema) for sid, spec in specs.items()} if head.mode is WriteMode.DYNAMIC else {}
-    described = [
-        LiveFile(path, f.spec_id, encode_partition(f.partition, types[f.spec_id]) if types else ())
-        for path, f in live.items()
-    ]
-    matcher = file_matcher(head.row_filter or "", schema, specs) if head.mode is WriteMode.REPLACE_WHERE else None
-    doomed = removals(head, described, (lambda lf: matcher(live[lf.path])) if matcher is not None else None)
-    return [live[f.path] for f in doomed]
-
-
 def check_replace_where(table: Table, branch: str | None, row_filter: str, name: str) -> None:
     """Refuse a replace-where now (planning) if a file live on its branch straddles the filter.
 
@@ -313,7 +294,7 @@ def check_replace_where(table: Table, branch: str | None, row_filter: str, name:
         return
     probe = WalEntry(kind=EntryKind.DATA, token="", writer="", mode=WriteMode.REPLACE_WHERE, row_filter=row_filter)
     try:
-        _doomed(table, metadata, snapshot, replace(probe, branch=branch))
+        doomed_files(table, metadata, snapshot, replace(probe, branch=branch))
     except EntryRefused as e:
         raise WriteRejectedError(f"table {name}: {e.reason}", table=name, outcome="REFUSED") from e
 
@@ -346,7 +327,7 @@ def _replace(staged: StagedCommit, head: WalEntry | None) -> Any:
     branch_head = staged.head
     if branch_head is None or head is None:
         return staged.update().fast_append()
-    doomed = _doomed(staged.table, staged.tx.table_metadata, branch_head, head)
+    doomed = doomed_files(staged.table, staged.tx.table_metadata, branch_head, head)
     producer = staged.update().overwrite()
     for data_file in doomed:
         producer.delete_data_file(data_file)

@@ -36,7 +36,19 @@ from enum import Enum
 
 from pyspark_fenced_sink.protocol.wal import MAIN_BRANCH, WalEntry, WriteMode
 
-__all__ = ["EntryRefused", "LiveFile", "Match", "Refusals", "changed_data", "check_fast_forward", "removals"]
+__all__ = [
+    "ColumnStats",
+    "EntryRefused",
+    "LiveFile",
+    "Match",
+    "Refusals",
+    "changed_data",
+    "check_fast_forward",
+    "filter_columns_now",
+    "holds_unmatched",
+    "missing_stats",
+    "removals",
+]
 
 #: Snapshot summary counters that, when positive, say a snapshot changed data (Iceberg's summary keys).
 DATA_COUNTERS = (
@@ -50,11 +62,78 @@ DATA_COUNTERS = (
 
 
 class Match(str, Enum):
-    """How a live file's rows stand against a row filter (from its partition and statistics)."""
+    """How a live file's rows stand against a row filter (from its partition and statistics).
+
+    ``SOME``: rows on both sides, or statistics that say it may be so; ``UNPROVEN``: the file's metadata
+    lacks a statistic the decision needs (a NaN or null count, bounds), so it cannot be placed at all —
+    absent metadata is unknown, never zero.
+    """
 
     ALL = "all"
     NONE = "none"
     SOME = "some"
+    UNPROVEN = "unproven"
+
+
+@dataclass(frozen=True)
+class ColumnStats:
+    """What a data file's metadata says about one column a row filter reads (None: absent).
+
+    Attributes:
+        name: The column, for messages.
+        compared: The filter compares its values (not only ``IS NULL`` / ``IS NAN`` tests): a null or NaN
+            in it matches no such comparison.
+        floating: A float or double column (it may hold NaN, which bounds do not cover).
+        values: Value count; ``nulls`` and ``nans``: null and NaN counts.
+    """
+
+    name: str
+    compared: bool
+    floating: bool
+    values: int | None
+    nulls: int | None
+    nans: int | None
+
+
+def missing_stats(columns: Iterable[ColumnStats]) -> str | None:
+    """What the file's metadata lacks to prove anything about its rows (None: nothing).
+
+    A missing null count or NaN count is unknown, not zero: a file written with
+    ``write.metadata.metrics.default=none``, or by a writer that records no NaN counts, may hold rows
+    no bound describes.
+    """
+    for c in columns:
+        if c.values is None or c.nulls is None:
+            return f"column {c.name!r} has no value or null count"
+        if c.floating and c.nans is None:
+            return f"column {c.name!r} has no NaN count"
+    return None
+
+
+def holds_unmatched(columns: Iterable[ColumnStats]) -> bool:
+    """True if a compared column holds nulls or NaNs (rows a comparison does not match; counts known)."""
+    return any(c.compared and bool(c.nulls or c.nans) for c in columns)
+
+
+def filter_columns_now(filter_ids: Sequence[tuple[str, int]], current: Mapping[int, str]) -> dict[str, str]:
+    """The names a row filter's columns have now: each column -> the current name of the field id it bound to.
+
+    A filter is applied by field id, as Iceberg binds expressions: a column renamed between the write
+    and its apply keeps its meaning, and a column of the old name added since is not it.
+
+    Raises:
+        EntryRefused: a column the filter bound to was dropped.
+    """
+    names = {}
+    for name, field_id in filter_ids:
+        now = current.get(field_id)
+        if now is None:
+            raise EntryRefused(
+                f"replace-where column {name!r} (field id {field_id}) was dropped from the table since the write "
+                "was planned, so its filter no longer says which rows it replaces; nothing was changed"
+            )
+        names[name] = now
+    return names
 
 
 @dataclass(frozen=True)
@@ -127,12 +206,18 @@ def removals(
         doomed = []
         for f in live:
             verdict = match(f)
-            if verdict is Match.SOME:
+            if verdict in (Match.SOME, Match.UNPROVEN):
+                why = (
+                    "has rows on both sides of the filter (by its partition and column statistics)"
+                    if verdict is Match.SOME
+                    else "lacks the column statistics (null or NaN counts, bounds) that could place its rows, so "
+                    "it may have rows on both sides of the filter (written without full metrics?)"
+                )
                 raise EntryRefused(
                     f"replace-where {entry.row_filter!r} is refused: live file {f.path} on branch {entry.target} "
-                    "has rows on both sides of the filter (by its partition and column statistics), and "
-                    "replace-where only removes whole files whose rows all match; nothing was changed. Align "
-                    "the filter with the table's partitioning, or rewrite those rows with another engine first"
+                    f"{why}, and replace-where only removes whole files whose rows all match; nothing was "
+                    "changed. Align the filter with the table's partitioning, or rewrite those rows with "
+                    "another engine first"
                 )
             if verdict is Match.ALL:
                 doomed.append(f)

@@ -196,6 +196,7 @@ def commit_files(
         spec_id=plan.spec.spec_id,
         untuned=untuned,
         row_filter=opts.replace_where,
+        filter_ids=_filter_ids(plan),
         branch=opts.branch,
         properties=opts.snapshot_properties,
     )
@@ -203,6 +204,14 @@ def commit_files(
     marker.unlink(missing_ok=True)
     logger.info("fencedlake: %s %s rows=%d files=%d", opts.table, result.summary(), rows, len(files))
     return result
+
+
+def _filter_ids(plan: WritePlan) -> tuple[tuple[str, int], ...]:
+    """A replace-where's columns with the field ids they bound to in the schema the tasks wrote (PROTOCOL.md §5.4)."""
+    from pyspark_fenced_sink.iceberg.row_filter import filter_field_ids
+
+    text = plan.opts.replace_where
+    return filter_field_ids(text, plan.spec.schema_json) if text is not None else ()
 
 
 def abort_files(
