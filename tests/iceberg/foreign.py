@@ -21,6 +21,7 @@ from pyiceberg.types import IcebergType
 
 __all__ = [
     "append",
+    "append_files",
     "append_minimal_summary",
     "delete_rows",
     "drop_column",
@@ -28,6 +29,7 @@ __all__ = [
     "reload",
     "rename_column",
     "rollback_main",
+    "set_main",
 ]
 
 
@@ -94,4 +96,25 @@ def delete_rows(table: Table, row_filter: str) -> Table:
 def rollback_main(table: Table, snapshot_id: int) -> Table:
     """Roll main back to an ancestor (``CALL rollback_to_snapshot``)."""
     table.manage_snapshots().rollback_to_snapshot(snapshot_id).commit()
+    return reload(table)
+
+
+def set_main(table: Table, snapshot_id: int) -> Table:
+    """Point main at any snapshot (``CALL set_current_snapshot``; replacing the ref with a branch's head)."""
+    table.manage_snapshots().set_current_snapshot(snapshot_id).commit()
+    return reload(table)
+
+
+def append_files(table: Table, files: list[Any], branch: str = "main", data: pa.Table | None = None) -> Table:
+    """Append existing data files (a cherry-pick re-adds the same files) and ``data``'s new ones on ``branch``."""
+    with table.transaction() as tx:
+        producer = tx.update_snapshot(branch=branch).fast_append()
+        for data_file in files:
+            producer.append_data_file(data_file)
+        if data is not None:
+            for data_file in _dataframe_to_data_files(
+                table_metadata=tx.table_metadata, df=data, io=table.io, write_uuid=None
+            ):
+                producer.append_data_file(data_file)
+        producer.commit()
     return reload(table)
