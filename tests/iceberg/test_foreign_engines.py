@@ -13,14 +13,18 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from pyspark.sql.types import DoubleType, LongType, StructField, StructType
+from pyiceberg.types import LongType as LongType_
+from pyspark.sql.types import DoubleType, IntegerType, LongType, StringType, StructField, StructType
 
 from pyspark_fenced_sink.errors import WriteRejectedError
 from pyspark_fenced_sink.iceberg.catalogs import embedded_catalog
+from pyspark_fenced_sink.iceberg.row_filter import filter_field_ids
 from pyspark_fenced_sink.protocol.commit import recover
+from pyspark_fenced_sink.protocol.outcome import data_entry
 from pyspark_fenced_sink.protocol.publish import publish_branch
+from pyspark_fenced_sink.protocol.reconcile import Outcome
 from pyspark_fenced_sink.protocol.wal import WalEntry
-from pyspark_fenced_sink.testing.harness import open_target, sink_write
+from pyspark_fenced_sink.testing.harness import open_target, plan, sink_write, write_tasks
 from tests.iceberg import foreign
 from tests.iceberg.test_write_modes import TABLE, days, prepared, rows, write
 
@@ -89,3 +93,86 @@ def test_publish_is_refused_after_a_minimal_summary_append_on_main(wh: str) -> N
     with pytest.raises(WriteRejectedError, match="changed data"):
         publish_branch(open_target(wh, TABLE).ctx, "audit")
     assert rows(wh) == [(1, "d1"), (3, "d3")]
+
+
+# ---------------------------------------------------------------------------------------------- the class behind them
+
+NOTES = StructType([StructField("id", LongType()), StructField("note", StringType()), StructField("n", IntegerType())])
+
+
+def notes(wh: str, ids: list[int], note: str, **options: str) -> Any:
+    data = pa.table({"id": pa.array(ids, pa.int64()), "note": [note] * len(ids), "n": pa.array(ids, pa.int32())})
+    overwrite = "replace-where" in options or "overwrite-mode" in options
+    return sink_write(
+        wh, "db.notes", data, options, schema=NOTES, overwrite=overwrite, tasks=1, **{"partition-by": "n"}
+    )
+
+
+def prepared_notes(wh: str, ids: list[int], note: str, **options: str) -> WalEntry:
+    p = plan(wh, "db.notes", options, schema=NOTES, overwrite=True, **{"partition-by": "n"})
+    files = [
+        f
+        for m in write_tasks(
+            p, pa.table({"id": pa.array(ids, pa.int64()), "note": [note] * len(ids), "n": pa.array(ids, pa.int32())}), 1
+        )
+        for f in m.files
+    ]
+    assert p.identity is not None
+    text = p.opts.replace_where
+    return data_entry(
+        p.identity,
+        files,
+        mode=p.mode,
+        spec_id=p.spec.spec_id,
+        row_filter=text,
+        filter_ids=filter_field_ids(text, p.spec.schema_json) if text else (),
+    )
+
+
+def settle_notes(wh: str) -> dict[int, str]:
+    records = recover(open_target(wh, "db.notes").ctx)
+    return {r.first + i: code for r in records for i, (_, code) in enumerate(r.outcomes)}
+
+
+def note_rows(wh: str) -> list[tuple[int, int]]:
+    got = table(wh, "db.notes").scan().to_arrow()
+    return sorted(zip(got.column("id").to_pylist(), got.column("n").to_pylist(), strict=True))
+
+
+def test_a_replace_where_whose_column_was_dropped_is_refused_not_stranded(wh: str) -> None:
+    """The filter's column is gone: REFUSED (its rows kept), and the table moves on."""
+    notes(wh, [1, 2], "x")
+    entry = prepared_notes(wh, [5], "x", **{"replace-where": "note = 'x'"})
+    seq = open_target(wh, "db.notes").ctx.wal.append(entry, start=0)
+    foreign.drop_column(table(wh, "db.notes"), "note")
+    assert settle_notes(wh)[seq] == "R"
+    assert note_rows(wh) == [(1, 1), (2, 2)]
+    notes_after = table(wh, "db.notes").schema().column_names
+    assert "note" not in notes_after
+
+
+def test_a_partition_source_promoted_between_put_and_apply_keeps_dynamic_overwrite_exact(wh: str) -> None:
+    """``n`` int -> long after a dynamic overwrite of partition n=2 was put: it replaces n=2 (by value), only."""
+    notes(wh, [1, 2], "x")
+    entry = prepared_notes(wh, [2], "y", **{"overwrite-mode": "dynamic"})
+    seq = open_target(wh, "db.notes").ctx.wal.append(entry, start=0)
+    foreign.promote_column(table(wh, "db.notes"), "n", LongType_())
+    assert settle_notes(wh)[seq] == "A"
+    got = table(wh, "db.notes").scan().to_arrow().to_pylist()
+    assert sorted((r["id"], r["note"]) for r in got) == [(1, "x"), (2, "y")]
+
+
+def test_files_another_engine_wrote_without_metrics_refuse_a_replace_where_they_cannot_be_placed_by(wh: str) -> None:
+    """An append with ``write.metadata.metrics.default=none``: a replace-where on a column they hold is refused
+    before any task runs, naming the missing statistics; the filter on the partition still applies."""
+    notes(wh, [1], "x")
+    t = foreign.append(
+        table(wh, "db.notes"),
+        pa.table({"id": pa.array([3], pa.int64()), "note": ["x"], "n": pa.array([3], pa.int32())}),
+        **{"write.metadata.metrics.default": "none"},
+    )
+    assert t.properties["write.metadata.metrics.default"] == "none"
+    with pytest.raises(WriteRejectedError, match="lacks the column statistics"):
+        notes(wh, [4], "x", **{"replace-where": "note = 'x'"})
+    assert notes(wh, [3], "z", **{"replace-where": "n = 3"}).outcome is Outcome.APPLIED
+    assert note_rows(wh) == [(1, 1), (3, 3)]
