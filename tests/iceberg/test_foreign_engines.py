@@ -18,12 +18,12 @@ from pyspark.sql.types import DoubleType, IntegerType, LongType, StringType, Str
 
 from pyspark_fenced_sink.errors import WriteRejectedError
 from pyspark_fenced_sink.iceberg.catalogs import embedded_catalog
-from pyspark_fenced_sink.iceberg.row_filter import filter_field_ids
+from pyspark_fenced_sink.iceberg.codec.row_filter import filter_field_ids
 from pyspark_fenced_sink.protocol.commit import recover
+from pyspark_fenced_sink.protocol.entry import WalEntry
 from pyspark_fenced_sink.protocol.outcome import data_entry
 from pyspark_fenced_sink.protocol.publish import publish_branch
 from pyspark_fenced_sink.protocol.reconcile import Outcome
-from pyspark_fenced_sink.protocol.wal import WalEntry
 from pyspark_fenced_sink.testing.harness import open_target, plan, sink_write, write_tasks
 from tests.iceberg import foreign
 from tests.iceberg.test_write_modes import TABLE, days, prepared, rows, write

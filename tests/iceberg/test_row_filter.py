@@ -25,7 +25,7 @@ from pyiceberg.types import (
 )
 
 from pyspark_fenced_sink.errors import InvalidOptionsError
-from pyspark_fenced_sink.iceberg.row_filter import (
+from pyspark_fenced_sink.iceberg.codec.row_filter import (
     apply_matcher,
     bind_row_filter,
     file_matcher,

@@ -13,8 +13,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from pyspark_fenced_sink.errors import ReadRefusedError
-from pyspark_fenced_sink.iceberg.incremental import START, StreamLimits, StreamOffset, StreamPlanner
-from pyspark_fenced_sink.iceberg.scan import open_read_table
+from pyspark_fenced_sink.iceberg.planning.incremental import START, StreamLimits, StreamOffset, StreamPlanner
+from pyspark_fenced_sink.iceberg.planning.scan import open_read_table
 from pyspark_fenced_sink.protocol.publish import publish_branch
 from pyspark_fenced_sink.testing.harness import open_target
 from tests.iceberg import foreign

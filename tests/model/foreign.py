@@ -12,7 +12,7 @@ Processes this module adds to a schedule (``spawn``), between any two protocol s
   validation refuses) that the operator moves aside and ``skip``s;
 * **a second publish**, so main's first publish record leaves its lineage;
 * **a stream reader of main** that skips overwrite snapshots, follows main's
-  lineage with the production ``iceberg.lineage`` rules and records every file
+  lineage with the production ``iceberg.planning.lineage`` rules and records every file
   it delivers.
 
 The oracle (``tests/model/oracle.replay``) replays these changes in their place
@@ -30,13 +30,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from pyspark_fenced_sink.errors import CorruptControlDataError, StoreError, TableChangedError
-from pyspark_fenced_sink.iceberg import lineage
+from pyspark_fenced_sink.errors import CorruptControlDataError, SkipRefused, StoreError, TableChangedError
+from pyspark_fenced_sink.iceberg.planning import lineage
 from pyspark_fenced_sink.protocol.entry import MAIN_BRANCH, TOKEN_CHARS, EntryKind, WalEntry
 from pyspark_fenced_sink.protocol.fencing import new_token
 from pyspark_fenced_sink.protocol.filetag import FileTag
 from pyspark_fenced_sink.protocol.layout import wal_key
-from pyspark_fenced_sink.protocol.repair import SkipRefused, skip_position
+from pyspark_fenced_sink.protocol.repair import skip_position
 
 from . import harness
 from .memory_port import NAME, Foreign, MemoryTable, Snap

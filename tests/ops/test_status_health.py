@@ -12,8 +12,8 @@ import pytest
 from pyiceberg.table.snapshots import Operation, Summary
 from pyiceberg.table.update import AddSnapshotUpdate
 
-from pyspark_fenced_sink.iceberg.branches import live_data_files
 from pyspark_fenced_sink.iceberg.catalogs import embedded_catalog
+from pyspark_fenced_sink.iceberg.commit.branches import live_data_files
 from pyspark_fenced_sink.ops.cli import main
 from pyspark_fenced_sink.testing.harness import rows, sink_write
 

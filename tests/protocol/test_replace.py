@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from pyspark_fenced_sink.protocol.entry import EntryKind, WalEntry, WriteMode
 from pyspark_fenced_sink.protocol.replace import (
     EntryRefused,
     LiveFile,
@@ -13,7 +14,6 @@ from pyspark_fenced_sink.protocol.replace import (
     check_fast_forward,
     removals,
 )
-from pyspark_fenced_sink.protocol.wal import EntryKind, WalEntry, WriteMode
 
 LIVE = [
     LiveFile("a1", 0, ("a",)),

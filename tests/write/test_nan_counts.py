@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pyspark.sql import types as T  # noqa: N812 - the usual pyspark idiom
 
-from pyspark_fenced_sink.iceberg.schema import iceberg_schema_from_spark
+from pyspark_fenced_sink.spark.schema_to_iceberg import iceberg_schema_from_spark
 from pyspark_fenced_sink.write.task import TaskInfo, write_task
 from tests.write.test_task import decoded, local, make_spec
 
