@@ -5,6 +5,7 @@ Kinds: ``data`` (a write's files and how they change the table: :class:`WriteMod
 operator's no-op at a lost position) and ``publish``. Entries that use no
 version-3 field are written as version 2, so a fleet upgrading writer by writer
 keeps working; a version-2 reader refuses a version-3 entry with an upgrade hint.
+Decoding validates every field of every kind (:func:`decode_entry`, §5.4, §8.1).
 """
 
 from __future__ import annotations

@@ -1,9 +1,12 @@
-"""What applying an entry removes, and when it may not apply (PROTOCOL.md §5.1, §5.2; pure, driver).
+"""What applying an entry removes, and when it may not apply (PROTOCOL.md §5.1, §5.2, §5.4; pure, driver).
 
 :func:`removals` selects, among the branch's files live on the version a commit
 is built on (apply time), what the commit's head entry removes per write mode;
 a replace-where over a straddling file, or a compaction whose input is no longer
-live, raises :class:`EntryRefused`. :func:`check_fast_forward` is publish's rule.
+live, raises :class:`EntryRefused`. :func:`check_fast_forward` is publish's rule,
+over :func:`changed_data`. What a file's metadata can prove (:func:`missing_stats`,
+:func:`holds_unmatched`: absent is unknown, never zero) and a filter's columns by
+field id (:func:`filter_columns_now`) are the rules other engines' metadata meets.
 A refusal is an external decision (``Outcome.REFUSED``), committed before it is
 reported.
 """
