@@ -224,6 +224,7 @@ class WriteTransaction:
             spec_id=self.spec.spec_id,
             untuned=written.untuned,
             row_filter=opts.replace_where,
+            filter_ids=self._filter_ids(),
             branch=opts.branch,
             properties=opts.snapshot_properties,
             inputs=self.inputs,
@@ -234,6 +235,13 @@ class WriteTransaction:
             "fencedlake: %s %s rows=%d files=%d", opts.table, result.summary(), written.rows, len(written.files)
         )
         return result
+
+    def _filter_ids(self) -> tuple[tuple[str, int], ...]:
+        """A replace-where's columns with the field ids they bound to in the schema the tasks wrote (§5.4)."""
+        from pyspark_fenced_sink.iceberg.codec.row_filter import filter_field_ids
+
+        text = self.opts.replace_where
+        return filter_field_ids(text, self.spec.schema_json) if text is not None else ()
 
     def abort(self, written: Written, *, batch_id: int | None = None) -> None:
         """Remove the tasks' files unless :meth:`commit` may have put a WAL entry naming them."""
