@@ -80,10 +80,14 @@ def _timestamp_text(text: str, with_zone: bool) -> str:
 
 
 class _Normalize(BooleanExpressionVisitor[BooleanExpression]):
-    """Rewrites timestamp literals of an unbound expression into the ISO form pyiceberg binds."""
+    """Rewrites timestamp literals of an unbound expression into the ISO form pyiceberg binds.
 
-    def __init__(self, schema: Schema) -> None:
+    ``respell``: also name each column as the table does (a scan binds case-sensitively).
+    """
+
+    def __init__(self, schema: Schema, respell: bool = False) -> None:
         self.schema = schema
+        self.respell = respell
 
     def visit_true(self) -> BooleanExpression:
         return AlwaysTrue()
@@ -111,7 +115,8 @@ class _Normalize(BooleanExpressionVisitor[BooleanExpression]):
         try:
             field = self.schema.find_field(name, False)
             field_type: IcebergType | None = field.field_type
-            term = Reference(self.schema.find_column_name(field.field_id) or name)  # the table's spelling
+            if self.respell:  # a scan binds case-sensitively: the table's spelling
+                term = Reference(self.schema.find_column_name(field.field_id) or name)
         except ValueError:
             field_type = None  # binding names the unknown column
         if isinstance(predicate, LiteralPredicate):
@@ -125,17 +130,22 @@ class _Normalize(BooleanExpressionVisitor[BooleanExpression]):
 
 
 @functools.lru_cache(maxsize=32)
-def _unbound(text: str, schema_json: str) -> BooleanExpression:
-    """The parsed, normalized (still unbound) filter; ``schema_json`` is the table schema it binds to."""
+def _unbound(text: str, schema_json: str, respell: bool = False) -> BooleanExpression:
+    """The parsed, normalized (still unbound) filter; ``schema_json`` is the table schema it binds to.
+
+    Column names stay as written (``filter_field_ids`` pairs them with field ids), unless ``respell``.
+    """
     from pyiceberg.expressions.parser import parse
 
     schema = Schema.model_validate_json(schema_json)
-    return visit(parse(text), _Normalize(schema))
+    return visit(parse(text), _Normalize(schema, respell))
 
 
-def _parsed(text: str, schema: Schema, what: str = "option replace-where") -> BooleanExpression:
+def _parsed(
+    text: str, schema: Schema, what: str = "option replace-where", *, respell: bool = False
+) -> BooleanExpression:
     try:
-        expr = _unbound(text, schema.model_dump_json())
+        expr = _unbound(text, schema.model_dump_json(), respell)
         bind(schema, expr, _CASE_SENSITIVE)
     except Exception as e:  # noqa: BLE001 - pyparsing's ParseException, pyiceberg's ValueError/TypeError ...
         raise InvalidOptionsError(
@@ -151,7 +161,7 @@ def read_filter(text: str, schema: Schema, what: str = "option filter") -> Boole
     Raises:
         InvalidOptionsError: as :func:`bind_row_filter`.
     """
-    return _parsed(text, schema, what)
+    return _parsed(text, schema, what, respell=True)
 
 
 def bind_row_filter(text: str, schema: Schema, what: str = "option replace-where") -> BooleanExpression:
