@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -50,3 +51,19 @@ def pid_of(script_state: str) -> int:
     """The PID a service script recorded (``<state>/<name>/<name>.pid``), e.g. ``cluster/worker-1``."""
     directory = STATE / script_state
     return int((directory / f"{directory.name}.pid").read_text().strip())
+
+
+def start(script: str, attempts: int = 3) -> str:
+    """``service(script, "start")``, again after a bind failure: the ports are in the ephemeral range, where
+    another process (a Spark driver or executor picking a random port) may hold one for a moment."""
+    for attempt in range(1, attempts + 1):
+        try:
+            return service(script, "start", timeout=600)
+        except RuntimeError as e:
+            logs = (STATE / script.removesuffix(".sh")).rglob("*.log")
+            text = str(e) + "".join(p.read_text(errors="replace") for p in logs if p.is_file())
+            if attempt == attempts or ("BindException" not in text and "is taken" not in text):
+                raise
+            service(script, "stop")
+            time.sleep(5 * attempt)
+    raise AssertionError("unreachable")

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from integration.conftest import Services
-from integration.sparkservices import STATE, master_url, pid_of, service
+from integration.sparkservices import STATE, master_url, pid_of, service, start
 from integration.targets import target_options
 from pyspark_fenced_sink.iceberg.catalogs import load_catalog, open_table
 from pyspark_fenced_sink.options.catalog import catalog_config
@@ -38,7 +38,7 @@ STREAM_FILES, STREAM_ROWS = 6, 500
 def cluster() -> Iterator[str]:
     """The master's URL; master and workers run for this module only."""
     try:
-        service("cluster.sh", "start", timeout=600)
+        start("cluster.sh")
         yield master_url()
     finally:
         service("cluster.sh", "stop")

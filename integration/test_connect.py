@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from integration.sparkservices import STATE, connect_url, connect_workdir, service
+from integration.sparkservices import STATE, connect_url, connect_workdir, service, start
 from pyspark_fenced_sink import (
     InvalidOptionsError,
     ServiceError,
@@ -44,7 +44,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def server() -> Iterator[str]:
     """The Connect server's URL; the server runs for this module only."""
     try:
-        service("connect.sh", "start", timeout=400)
+        start("connect.sh")
         yield connect_url()
     finally:
         service("connect.sh", "stop")
