@@ -12,8 +12,6 @@ names ``DATA_SOURCE_NOT_FOUND``.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,21 +20,9 @@ from pyspark_fenced_sink import register_view, tune_session
 from pyspark_fenced_sink.errors import FencedLakeError, InvalidOptionsError, fencedlake_error
 from pyspark_fenced_sink.iceberg.catalogs import embedded_catalog
 from pyspark_fenced_sink.spark.tuning import check_data_source
-from tests.spark.support import ids_of, start_spark, stop_spark
+from tests.spark.support import ids_of
 
 pytestmark = pytest.mark.spark
-
-
-@pytest.fixture(scope="module")
-def spark() -> Iterator[Any]:
-    session = start_spark("fencedlake-sql")
-    yield session
-    stop_spark(session)
-
-
-@pytest.fixture
-def wh(tmp_path: Path) -> str:
-    return str(tmp_path / "wh")
 
 
 def _days(wh: str, table: str) -> list[tuple[int, str]]:
