@@ -200,6 +200,8 @@ def _round(
         "machine_busy": ratio(ticks1[0] - ticks0[0], ticks1[1] - ticks0[1]),
         "loadavg": [load0, os.getloadavg()[0]],
         "by_peer": ratio(sum(1 for x in landed if x.get("by_peer")), len(landed)),
+        "waits_per_write": ratio(sum(x.get("waits", 0) for x in landed), len(landed)),
+        "helpers": sum(1 for x in landed if x.get("helper")),
         "cas_outcomes": {
             "landed": sum(x.get("catalog_commits", 0) for x in writes),
             "conflicts": sum(x.get("conflicts", 0) for x in writes),

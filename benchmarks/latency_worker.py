@@ -57,6 +57,8 @@ def _write(target: Any, table: str, lo: int, rows: int) -> dict[str, Any]:
         by_peer=res.by_peer,
         group=res.group,
         helped=res.helped,
+        waits=res.waits,
+        helper=res.helper,
     )
     return record
 
@@ -107,6 +109,11 @@ def main() -> None:
     logging.getLogger("pyiceberg").setLevel(logging.ERROR)
     latency, meter = Latency(), Meter()
     install_store(latency, meter)
+    if os.environ.get("FENCEDLAKE_BENCH_PHASES"):  # ad-hoc profiling hook (experiments only)
+        sys.path.insert(0, os.environ["FENCEDLAKE_BENCH_PHASES"])
+        import phases
+
+        phases.install()
     import pyspark_fenced_sink.testing.harness  # noqa: F401 - import cost paid before the first round
 
     _send({"hello": os.getpid()})

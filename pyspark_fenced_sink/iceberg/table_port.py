@@ -122,6 +122,7 @@ def view_of(table: Table) -> TableView:
     except CorruptControlDataError as e:
         error = str(e)
     newest = _newest_record(metadata)
+    pace, cadence = _pace(metadata)
     return TableView(
         state=state,
         version=str(table.metadata_location),
@@ -132,7 +133,36 @@ def view_of(table: Table) -> TableView:
         fresh=text is None,
         recorded_upper=None if newest is None else newest.last + 1,
         state_error=error,
+        pace=pace,
+        cadence=cadence,
     )
+
+
+#: The pace of a table is measured over its newest fencedlake commits (at most this many), found among its
+#: newest snapshots (at most ``4 *`` this many looked at).
+PACE_COMMITS = 8
+
+
+def _pace(metadata: TableMetadata) -> tuple[float | None, float | None]:
+    """(WAL positions reconciled per second, seconds between commits) over the newest fencedlake commits.
+
+    From the snapshots' timestamps (the committers' clocks): only a hint for how writers claim
+    positions and how often waiters look (``protocol.waiting``), never used for a decision.
+    """
+    recent: list[tuple[float, int]] = []
+    for snapshot in metadata.snapshots[::-1][: 4 * PACE_COMMITS]:
+        try:
+            record = decode_record(snapshot.summary.additional_properties if snapshot.summary else {})
+        except CorruptControlDataError:
+            continue
+        if record is not None:
+            recent.append((snapshot.timestamp_ms / 1000.0, record.last))
+            if len(recent) >= PACE_COMMITS:
+                break
+    if len(recent) < 2 or recent[0][0] <= recent[-1][0]:
+        return None, None
+    span = recent[0][0] - recent[-1][0]
+    return (recent[0][1] - recent[-1][1]) / span, span / (len(recent) - 1)
 
 
 def _records(metadata: TableMetadata) -> Iterator[CommitRecord]:

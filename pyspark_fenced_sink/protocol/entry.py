@@ -148,6 +148,10 @@ class WalEntry:
             None is main.
         properties: Snapshot properties for the commit that applies the entry, as sorted (key, value) pairs.
         inputs: ``COMPACT``: the paths of the data files the entry's files replace, sorted.
+        floor: The first position its writer could have claimed (one past the tail it listed) when
+            that is below the entry's own: the positions in between that no object fills were
+            jumped over and are *holes*, which a commit voids (PROTOCOL.md §3 step 3). None: the
+            entry took the first free position.
     """
 
     kind: EntryKind
@@ -173,6 +177,7 @@ class WalEntry:
     branch: str | None = None
     properties: tuple[tuple[str, str], ...] = ()
     inputs: tuple[str, ...] = ()
+    floor: int | None = None
 
     def __post_init__(self) -> None:
         # Callers may pass the enums' string values (``mode="overwrite"``); store the enums.
@@ -229,6 +234,7 @@ def encode_entry(entry: WalEntry) -> bytes:
         "branch": entry.branch,
         "props": dict(entry.properties) or None,
         "inputs": list(entry.inputs) or None,
+        "floor": entry.floor,
     }
     body.update({k: v for k, v in optional.items() if v is not None})
     return dumps(body).encode()
@@ -263,6 +269,7 @@ def decode_entry(data: bytes, key: str = "?") -> WalEntry:
             branch=None if body.get("branch") is None else str(body["branch"]),
             properties=_property_pairs(body.get("props")),
             inputs=_path_tuple(body.get("inputs")),
+            floor=_opt_int(body.get("floor")),
         )
     except MALFORMED as e:
         seq = seq_of(key)

@@ -30,7 +30,7 @@ import uuid
 from dataclasses import dataclass
 
 from pyspark_fenced_sink import failpoints
-from pyspark_fenced_sink.errors import CommitOutcomeUnknownError, FencedWriterError
+from pyspark_fenced_sink.errors import CommitOutcomeUnknownError, CorruptControlDataError, FencedWriterError
 from pyspark_fenced_sink.options import validate_writer_id
 from pyspark_fenced_sink.protocol.commit import CommitContext, TableView, recorded_token, recover
 from pyspark_fenced_sink.protocol.state import CommittedState
@@ -77,13 +77,41 @@ def put_barrier(ctx: CommitContext, entry: WalEntry, start: int) -> int:
     its commit record holds our token (a lost response whose put a peer
     reconciled) — otherwise the barrier is appended again. Data entries need no
     such check: the commit loop does it (PROTOCOL.md §6).
+
+    Writers claim positions in a window above the tail, and a commit voids the
+    holes it passes over (PROTOCOL.md §3 step 3). So before the barrier is used:
+
+    * the holes between the upper and it are sealed (``Wal.seal``): an entry of
+      an older incarnation put there later would be reconciled before the
+      barrier (I4). Sealed, every hole below it is taken, and later puts land
+      above it;
+    * the same LIST shows whether anything lies above the barrier. If nothing
+      does, no commit can void its position (a commit voids a position only if
+      its LIST missed it but saw an entry above it that declares it, put before
+      it — which this LIST would have shown). If something does, the barrier
+      is committed now (``recover``) and used only if its record names it;
+      otherwise it is put again.
     """
+    token = entry.token[:TOKEN_CHARS]
     while True:
-        seq, _ = ctx.wal.append_claim(entry, start)
+        claimed = ctx.wal.claim(entry, start)
+        seq = claimed.seq
         view = ctx.load()
-        if seq >= view.state.upper:
-            return seq
-        if recorded_token(ctx, view, seq) == entry.token[:TOKEN_CHARS]:
+        if seq < view.state.upper:
+            if recorded_token(ctx, view, seq) == token:
+                return seq
+            start = view.state.upper
+            continue
+        if not ctx.wal.seal(view.state.upper, claimed):
+            return seq  # nothing above it after its put: no commit can ever void it
+        # An entry above may declare the barrier's position a hole, and a commit that listed the WAL before
+        # the barrier's put would void it: commit it now, and use it only if its record names it.
+        try:
+            recover(ctx)
+        except CorruptControlDataError:
+            return seq  # the table is blocked below the barrier: no commit passes it, none can void it
+        view = ctx.load()
+        if seq >= view.state.upper or recorded_token(ctx, view, seq) == token:
             return seq
         start = view.state.upper
 

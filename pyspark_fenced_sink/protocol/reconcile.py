@@ -16,6 +16,14 @@ Positions are classified against the committed upper ``U`` (:func:`position`):
 * **above** (``seq > U`` after a missing position): waits for its
   predecessor. It blocks nothing below it.
 
+A missing position that an entry above it declares jumped over (``wal.holes``:
+the entry's writer claimed past it, ``WalEntry.floor``) is a *hole*: the plan
+voids it (:attr:`Outcome.VOID`, nothing applied, no state change) and goes on.
+A put that lands in a voided position later is never applied: no plan reads
+below the upper, and its writer finds another token in the commit record and
+puts its entry again (PROTOCOL.md §6). Any other missing position is a gap (a
+lost object) and waits for an operator, as before.
+
 Batch ids get the same rule per stable writer, exactly: a batch id the writer
 applied before -> duplicate (already persisted, dropped); a new id -> applied
 (streaming, ``strict``: only the next after the highest applied; anything else
@@ -89,6 +97,7 @@ class Outcome(str, Enum):
     BARRIER = "B"
     MARK = "M"
     SKIPPED = "K"
+    VOID = "V"  # a hole: no entry's outcome (a put landing there later finds another token, §6)
 
     @property
     def succeeded(self) -> bool:
@@ -265,6 +274,7 @@ def reconcile(
     spec_id: int | None = None,
     missing: Collection[int] = (),
     refused: Mapping[int, str] | None = None,
+    voids: Collection[int] = (),
 ) -> ReconcilePlan:
     """Plan the next commit from ``state`` and the entries at or above its upper.
 
@@ -274,7 +284,8 @@ def reconcile(
     commit can only add files under the default spec. ``missing`` holds the
     positions whose data files were found missing (MISSING_FILES); ``refused``
     the positions the catalog side refused to apply on this version, and why
-    (REFUSED).
+    (REFUSED); ``voids`` the missing positions that are holes (``wal.holes``): each
+    is decided VOID, the others stop the plan.
     """
     refused = refused or {}
     writers = dict(state.writers)
@@ -284,14 +295,21 @@ def reconcile(
     head: WalEntry | None = None
     seq = state.upper
     stop = "tail"
+    voided = 0
     while True:
         entry = entries.get(seq)
-        if entry is None:
-            stop = "gap" if any(s > seq for s in entries) else "tail"
+        later = entry is None and any(s > seq for s in entries)
+        if entry is None and not (later and seq in voids):
+            stop = "gap" if later else "tail"
             break
-        if len(decisions) >= max_group:
+        if entry is not None and len(decisions) - voided >= max_group:  # holes cost nothing: not counted
             stop = "limit"
             break
+        if entry is None:  # a hole an entry above declares: void it and go on
+            voided += 1
+            decisions.append(Decision(seq, "", "", Outcome.VOID, "a hole: no entry was put here before the commit"))
+            seq += 1
+            continue
         outcome, detail = _decide(seq, entry, writers, expired_before, spec_id, missing, refused)
         applies = outcome is Outcome.APPLIED and entry.kind in (EntryKind.DATA, EntryKind.PUBLISH)
         if applies and head is not None and not _joins(head, entry):

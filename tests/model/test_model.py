@@ -238,6 +238,20 @@ def _joins_ignoring(what: str) -> Callable[..., bool]:
     return joins
 
 
+def _seal_nothing(self, upper, claimed):  # type: ignore[no-untyped-def]
+    """A barrier that leaves the holes below it open (an older incarnation's late put can land below it)."""
+    return [p for p in self.scan(upper) if p > claimed.seq]
+
+
+_ORIGINAL_SEAL = wal_module.Wal.seal
+
+
+def _seal_without_looking_up(self, upper, claimed):  # type: ignore[no-untyped-def]
+    """A barrier used at once although an in-flight commit may void its position as a hole."""
+    _ORIGINAL_SEAL(self, upper, claimed)
+    return []
+
+
 @contextlib.contextmanager
 def _both(*patches: contextlib.AbstractContextManager[None]) -> Iterator[None]:
     with contextlib.ExitStack() as stack:
@@ -299,6 +313,11 @@ MUTANTS = {
     ),
     "a commit mixes branches": (_patched(reconcile_module, "_joins", _joins_ignoring("branch")), {}),
     "a commit mixes snapshot properties": (_patched(reconcile_module, "_joins", _joins_ignoring("properties")), {}),
+    "a barrier leaves the holes below it open": (_patched(wal_module.Wal, "seal", _seal_nothing), {}),
+    "a barrier is used although a commit may void its position": (
+        _patched(wal_module.Wal, "seal", _seal_without_looking_up),
+        {},
+    ),
 }
 
 
