@@ -12,10 +12,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from pyspark_fenced_sink.protocol.commit import CommitContext, TableView
+from pyspark_fenced_sink.protocol.context import CommitContext
+from pyspark_fenced_sink.protocol.entry import TOKEN_CHARS, WalEntry, encoded_path
 from pyspark_fenced_sink.protocol.reconcile import Outcome, Position, position, reconcile
 from pyspark_fenced_sink.protocol.state import decode_record
-from pyspark_fenced_sink.protocol.wal import TOKEN_CHARS, WalEntry, encoded_path
+from pyspark_fenced_sink.protocol.view import TableView
+from pyspark_fenced_sink.protocol.wal import holes
 
 __all__ = ["live_paths_of", "pending_summary", "recent_commits", "wal_rows"]
 
@@ -55,7 +57,13 @@ def wal_rows(
     if pending:
         # What the next commit would decide (reading every pending entry, not only those listed).
         everything = {s: e for s in ctx.wal.scan(upper) if (e := entries.get(s) or ctx.wal.read(s)) is not None}
-        plan = reconcile(view.state, everything, max_group=len(everything) + 1, spec_id=view.spec_id)
+        plan = reconcile(
+            view.state,
+            everything,
+            max_group=len(everything) + 1,
+            spec_id=view.spec_id,
+            voids=holes(everything, upper),
+        )
         planned = {upper + i: d.outcome.name for i, d in enumerate(plan.decisions)}
     rows = []
     for seq, entry in sorted(entries.items()):
@@ -155,6 +163,10 @@ def recent_commits(table: Any, count: int) -> list[dict[str, Any]]:
                 group=m.get("grp"),
                 applied=m.get("apl"),
                 helped=m.get("help"),
+                waited_ms=m.get("wait"),
+                helper=bool(m.get("hlp")),
+                voided=m.get("void", 0),
+                oldest_write_ms=m.get("age"),
                 untuned=m.get("slow", 0),
                 fences=sum(1 for _, o in record.outcomes if o == Outcome.FENCED.value),
                 barriers=sum(1 for _, o in record.outcomes if o == Outcome.BARRIER.value),

@@ -1,29 +1,17 @@
-"""The commit protocol loop (PROTOCOL.md §3-§6, steps 3-6; driver).
+"""The commit loop (PROTOCOL.md §3-§6, steps 3-6; driver).
 
-``commit_entry`` takes one prepared WAL entry (the write's files are already
-durable) and returns only when that entry's outcome is known:
-
-3. put the entry with put-if-absent at the first free WAL position (``wal``);
-4. reconcile the pending entries from the committed upper on (``reconcile``);
-5. make ONE catalog commit that applies every pending entry it can — its own
-   and its peers' (group commit) — and advances the committed state, guarded
-   by a compare-and-swap on the table's current snapshot (``TablePort``); if
-   the catalog side refuses the commit's head entry on that version
-   (``replace.EntryRefused``), the entry is decided REFUSED and that decision
-   is committed instead;
-6. report the outcome: applied, duplicate (success), fenced or rejected
-   (errors); or, if the outcome cannot be known, CommitOutcomeUnknownError —
-   the entry stays durable and the next committer applies it.
-
-The loop is the only retry loop: pyiceberg's own commit retry is off (it
-rebases a stale commit onto the new snapshot and lands it). After a conflict
-the loop re-reads the committed state and re-plans; after an unknown commit
-outcome it re-reads and decides from what it finds — never a blind retry. A
-writer whose entry a peer reconciled finds the outcome in the peer's commit
-record and is done without a commit of its own.
-
-Catalog access goes through :class:`TablePort`; ``iceberg.table_port`` implements
-it over pyiceberg, and the model test over an in-memory register.
+:func:`commit_entry` puts one entry into the WAL (a claim in a window above
+the tail) and returns only when its outcome is known. One committer at a
+time: the writer whose entry is the lowest pending one (the head) lists the
+WAL, reads the pending entries it has not read (in parallel, cached across
+attempts), reconciles them — voiding the holes entries declare — and makes one
+catalog commit that applies every entry it can (group commit; peers' entries
+too). Every other writer waits (``protocol.waiting``) and learns its outcome
+from the commit record in the table it reloads, reading no entry; one that
+sees the upper stand still for its patience helps. It is the only retry loop:
+after a conflict it re-reads and re-plans, after an unknown outcome it
+re-reads and decides from what it finds — never a blind retry. :func:`recover`
+commits every pending entry (what the next writer would do).
 """
 
 from __future__ import annotations
@@ -36,26 +24,17 @@ from pyspark_fenced_sink.errors import (
     CorruptControlDataError,
     TableStateError,
 )
-from pyspark_fenced_sink.protocol.context import CommitConflict, CommitContext, CommitResult, CommitUnknown, TablePort
+from pyspark_fenced_sink.protocol.context import CommitConflict, CommitContext, CommitResult, CommitUnknown
+from pyspark_fenced_sink.protocol.entry import TOKEN_CHARS, EntryKind, WalEntry, encoded_path
 from pyspark_fenced_sink.protocol.progress import Progress, backoff, finish, reload, unknown_error
 from pyspark_fenced_sink.protocol.reconcile import Outcome, Position, ReconcilePlan, position, reconcile
 from pyspark_fenced_sink.protocol.replace import EntryRefused, Refusals
 from pyspark_fenced_sink.protocol.state import CommitRecord, CommittedState
-from pyspark_fenced_sink.protocol.view import TableIdentity, TableView
+from pyspark_fenced_sink.protocol.view import TableView
 from pyspark_fenced_sink.protocol.waiting import Waiting
-from pyspark_fenced_sink.protocol.wal import TOKEN_CHARS, Claimed, EntryKind, WalEntry, encoded_path, holes
+from pyspark_fenced_sink.protocol.wal import Claimed, holes
 
-__all__ = [
-    "CommitConflict",
-    "CommitContext",
-    "CommitResult",
-    "CommitUnknown",
-    "TableIdentity",
-    "TablePort",
-    "TableView",
-    "commit_entry",
-    "recover",
-]
+__all__ = ["commit_entry", "recorded_token", "recover"]
 
 
 def _fenced_before_put(state: CommittedState, entry: WalEntry) -> str | None:
@@ -319,6 +298,10 @@ def _commit_plan(
     slow = sum(1 for s in plan.apply if pending[s].untuned)
     if slow:  # applied writes that ran with Spark's per-row Arrow batch check on (spark.tuning)
         metrics["slow"] = slow
+    ages = sorted(int(ctx.wall() * 1000) - pending[s].created_ms for s in plan.apply if pending[s].created_ms)
+    if ages:  # time-to-commit of the applied writes, from their entries' creation (PROTOCOL.md §10)
+        metrics["age"] = max(0, ages[-1])
+        metrics["age50"] = max(0, ages[len(ages) // 2])
     voided = sum(1 for d in plan.decisions if d.outcome is Outcome.VOID)
     if voided:  # holes the commit passed over (PROTOCOL.md §3 step 3)
         metrics["void"] = voided
@@ -354,10 +337,11 @@ def _commit_plan(
     return new_view, record
 
 
-def recover(ctx: CommitContext) -> list[CommitRecord]:
+def recover(ctx: CommitContext, *, through: int | None = None) -> list[CommitRecord]:
     """Reconcile and commit every pending entry now (what the next writer would do).
 
-    Returns the commit records of the commits this call landed, in order.
+    With ``through``, only the entries up to that position (what lies above it is neither read nor
+    waited for). Returns the commit records of the commits this call landed, in order.
     """
     records: list[CommitRecord] = []
     progress = Progress(t0=ctx.now())
@@ -366,7 +350,11 @@ def recover(ctx: CommitContext) -> list[CommitRecord]:
     refusals = Refusals()
     view = ctx.load()
     while ctx.now() <= progress.t0 + ctx.max_wait_s:
-        pending = _read_pending(ctx, view.state.upper, cache)
+        if through is not None and view.state.upper > through:
+            return records
+        listed = ctx.wal.scan(view.state.upper)
+        listed = [s for s in listed if s <= through] if through is not None else listed
+        pending = _read_pending(ctx, view.state.upper, cache, listed)
         plan = _plan(ctx, view, pending, refusals)
         if not plan.decisions:
             return records

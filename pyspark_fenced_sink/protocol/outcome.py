@@ -17,10 +17,12 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from pyspark_fenced_sink.errors import FencedWriterError, WriteRejectedError
-from pyspark_fenced_sink.protocol.commit import CommitContext, CommitResult, TableView, commit_entry
+from pyspark_fenced_sink.protocol.commit import commit_entry
+from pyspark_fenced_sink.protocol.context import CommitContext, CommitResult
+from pyspark_fenced_sink.protocol.entry import EntryKind, WalEntry, WriteMode, encoded_path, partitions_of
 from pyspark_fenced_sink.protocol.fencing import WriterIdentity, new_token
 from pyspark_fenced_sink.protocol.reconcile import Outcome
-from pyspark_fenced_sink.protocol.wal import EntryKind, WalEntry, WriteMode, encoded_path, partitions_of
+from pyspark_fenced_sink.protocol.view import TableView
 
 __all__ = ["data_entry", "finish_write", "raise_for_outcome"]
 
@@ -47,6 +49,7 @@ def data_entry(
     spec_id: int | None = None,
     untuned: bool = False,
     row_filter: str | None = None,
+    filter_ids: Sequence[tuple[str, int]] = (),
     branch: str | None = None,
     properties: Mapping[str, str] | None = None,
     inputs: Sequence[str] = (),
@@ -54,8 +57,9 @@ def data_entry(
     """The data entry of a write by ``identity``.
 
     A ``DYNAMIC`` entry's partition set is the set of partitions its files were
-    written to (an empty write replaces nothing). A ``COMPACT`` entry's ``inputs`` are the
-    paths of the files its files replace.
+    written to (an empty write replaces nothing). A ``REPLACE_WHERE`` entry's ``filter_ids`` are
+    its filter's columns with the field ids they bound to at planning. A ``COMPACT`` entry's
+    ``inputs`` are the paths of the files its files replace.
     """
     mode = WriteMode(mode)
     return WalEntry(
@@ -68,6 +72,7 @@ def data_entry(
         files=tuple(files),
         partitions=partitions_of(files) if mode is WriteMode.DYNAMIC else (),
         row_filter=row_filter,
+        filter_ids=tuple(sorted(filter_ids)),
         branch=branch,
         properties=tuple(sorted((properties or {}).items())),
         inputs=tuple(sorted(inputs)),

@@ -13,11 +13,11 @@ import logging
 
 from pyspark_fenced_sink.errors import CommitOutcomeUnknownError, FencedLakeError
 from pyspark_fenced_sink.protocol.context import CommitContext, CommitResult
+from pyspark_fenced_sink.protocol.entry import TOKEN_CHARS
 from pyspark_fenced_sink.protocol.reconcile import Outcome
 from pyspark_fenced_sink.protocol.state import CommitRecord
 from pyspark_fenced_sink.protocol.view import TableView
 from pyspark_fenced_sink.protocol.waiting import Waiting
-from pyspark_fenced_sink.protocol.wal import TOKEN_CHARS
 
 __all__ = ["PROGRESS_EVERY_S", "Progress", "backoff", "finish", "reload", "unknown_error"]
 

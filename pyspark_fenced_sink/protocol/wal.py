@@ -1,22 +1,13 @@
-"""The write-ahead log: entry codec, key layout, put-if-absent append (PROTOCOL.md §3; driver).
+"""The write-ahead log: put-if-absent append, reads, truncation, checkpoints, run registry (PROTOCOL.md §3, §8; driver).
 
-Every entry is one immutable object at ``wal/{seq:020d}.json`` under the
-table's control prefix, created with put-if-absent at the first free position
-after the tail the writer sees (``Wal.append``). A position is never
-overwritten; a writer that loses a position to a peer moves on to the new
-tail. The entry carries its writer's owner ``token``: a put answered "already
-exists" is resolved by reading the object back and comparing tokens (our own
-earlier attempt landed, or a peer's entry is there), never by guessing
-(invariant I7).
-
-Entries, their kinds and their format are :mod:`.entry`'s (re-exported here).
-
-Truncation keeps the object at ``upper - 1``, so a LIST from any upper a
-writer ever read finds a tail at or above the current upper minus one and no
-put can land in a truncated position (PROTOCOL.md §8). ``gc`` leaves a
-checkpoint of the committed state before truncating
-(``checkpoints/{upper:020d}.json``), from which ``fencedlake repair-state``
-rebuilds a lost state property together with the WAL and the commit records.
+Every entry is one immutable object at a fresh position (``protocol.layout``),
+created with put-if-absent in a window above the tail the writer sees
+(:meth:`Wal.claim`; positions it jumps over and nobody fills are holes that
+commits void, :func:`holes`); an "already exists" is resolved by the owner
+token, never by guessing (I7). Entries are read in parallel
+(:meth:`Wal.read_many`). Truncation keeps the
+object at ``upper - 1`` so no put lands in a truncated position; ``gc``
+checkpoints the committed state first. Entries themselves are ``protocol.entry``'s.
 """
 
 from __future__ import annotations
@@ -32,23 +23,7 @@ from dataclasses import dataclass, replace
 
 from pyspark_fenced_sink.errors import CommitOutcomeUnknownError, CorruptControlDataError, StoreError
 from pyspark_fenced_sink.protocol.codec import MALFORMED, dumps
-from pyspark_fenced_sink.protocol.entry import (
-    FILE_PARTITION_KEY,
-    FILE_PATH_KEY,
-    FILE_SPEC_KEY,
-    FORMAT_VERSION,
-    MAIN_BRANCH,
-    TOKEN_CHARS,
-    EntryKind,
-    WalEntry,
-    WriteMode,
-    decode_entry,
-    encode_entry,
-    encoded_partition,
-    encoded_path,
-    encoded_spec_id,
-    partitions_of,
-)
+from pyspark_fenced_sink.protocol.entry import EntryKind, WalEntry, decode_entry, encode_entry
 from pyspark_fenced_sink.protocol.layout import (
     CHECKPOINT_PREFIX,
     WAL_PREFIX,
@@ -60,26 +35,7 @@ from pyspark_fenced_sink.protocol.layout import (
 )
 from pyspark_fenced_sink.store.base import Claim, ObjectStore, claim_key, create_resolved
 
-__all__ = [
-    "FILE_PARTITION_KEY",
-    "FILE_PATH_KEY",
-    "FILE_SPEC_KEY",
-    "FORMAT_VERSION",
-    "MAIN_BRANCH",
-    "TOKEN_CHARS",
-    "Claimed",
-    "EntryKind",
-    "Wal",
-    "WalEntry",
-    "WriteMode",
-    "decode_entry",
-    "encode_entry",
-    "encoded_partition",
-    "encoded_path",
-    "encoded_spec_id",
-    "holes",
-    "partitions_of",
-]
+__all__ = ["Claimed", "Wal", "holes"]
 
 
 def _entry_token(raw: bytes) -> str:
@@ -94,7 +50,8 @@ def _token_of(raw: bytes) -> str:
     return str(json.loads(raw).get("token"))
 
 
-#: The reason recorded in the ``skip`` entries that seal holes below a barrier (``Wal.seal``).
+#: The writer and reason recorded in the ``skip`` entries that seal holes below a barrier (``Wal.seal``).
+SEAL_WRITER = "fencedlake-seal"
 SEAL_REASON = "hole below a barrier, sealed"
 #: Claims spread over at most this many positions above the tail (after lost races, or under load).
 SPREAD_MAX = 32
@@ -322,17 +279,18 @@ class Wal:
         """Fill the holes below ``claimed`` (a barrier) with ``skip`` entries; return the positions listed above it.
 
         One LIST from ``upper``. A hole is an empty position in ``[upper, claimed.seq)`` that an
-        entry above it declares it jumped over (:func:`holes`), the barrier itself included. An
+        entry above it (below or above the barrier, or the barrier itself) declares it jumped over
+        (:func:`holes`); the entries are read only when such a position exists. An
         empty position nobody declares is a lost object, left to the operator (it blocks the
         table as before). A position a writer takes first keeps its entry (put-if-absent):
         after this, every hole below the barrier holds an object, so no later put lands below it.
         """
         listed = self.scan(upper)
-        below = [p for p in listed if p < claimed.seq]
-        missing = [p for p in range(upper, claimed.seq) if p not in set(below)]
+        below = {p for p in listed if p < claimed.seq}
+        missing = [p for p in range(upper, claimed.seq) if p not in below]
         if missing:
             entries: dict[int, WalEntry] = {claimed.seq: claimed.entry}
-            for p in (p for p in below if p > missing[0]):
+            for p in (p for p in listed if p > missing[0] and p != claimed.seq):  # declarers, above it too
                 try:
                     found = self.read(p)
                 except CorruptControlDataError:
@@ -340,7 +298,7 @@ class Wal:
                 if found is not None:
                     entries[p] = found
             for seq in sorted(holes(entries, upper) & set(missing)):
-                seal = WalEntry(kind=EntryKind.SKIP, token=uuid.uuid4().hex, writer="", reason=SEAL_REASON)
+                seal = WalEntry(kind=EntryKind.SKIP, token=uuid.uuid4().hex, writer=SEAL_WRITER, reason=SEAL_REASON)
                 self._claim(seq, encode_entry(seal), seal.token)
         return [p for p in listed if p > claimed.seq]
 

@@ -11,7 +11,9 @@ anonymous writes and removes orphan files, a helper that runs ``recover``,
 and "another tool" performing ordinary catalog operations: drop and
 re-create, rename and re-create, purge, removing or editing the state
 property, changing and reverting the partition spec, losing a control
-object — each followed by the operator's way out where one is needed), random
+object — each followed by the operator's way out where one is needed; other
+engines' writes, rollbacks, ref moves and renames and stream readers come from
+``tests/model/foreign.py``), random
 faults (crashes at any request, ambiguous puts, unknown catalog commit
 outcomes, slow processes with stale views), a seeded interleaving, then a
 final repair/recover per table and the invariants I1-I9 (``check``), among
@@ -29,6 +31,7 @@ a compaction's output those of its inputs (``keys``; :func:`keys_of`).
 from __future__ import annotations
 
 import itertools
+import json
 import random
 import uuid
 from collections import Counter
@@ -41,35 +44,40 @@ from pyspark_fenced_sink.errors import (
     CorruptControlDataError,
     FencedWriterError,
     InvalidOptionsError,
+    SkipRefused,
     TableChangedError,
     TableStateError,
     WriteRejectedError,
 )
 from pyspark_fenced_sink.ops.gc import collectable, expire_writes, truncate_wal
-from pyspark_fenced_sink.protocol.commit import CommitContext, recover
+from pyspark_fenced_sink.protocol.commit import recorded_token, recover
+from pyspark_fenced_sink.protocol.context import CommitContext
+from pyspark_fenced_sink.protocol.entry import (
+    MAIN_BRANCH,
+    TOKEN_CHARS,
+    EntryKind,
+    WalEntry,
+    WriteMode,
+    decode_entry,
+    encoded_path,
+)
 from pyspark_fenced_sink.protocol.fencing import WriterIdentity, open_writer, stream_epoch
 from pyspark_fenced_sink.protocol.filetag import FileTag, table_tag
 from pyspark_fenced_sink.protocol.layout import control_root, seq_of, wal_key
 from pyspark_fenced_sink.protocol.outcome import data_entry, finish_write
 from pyspark_fenced_sink.protocol.publish import publish_entry
 from pyspark_fenced_sink.protocol.reconcile import Outcome
-from pyspark_fenced_sink.protocol.repair import SkipRefused, repair_state, skip_position
+from pyspark_fenced_sink.protocol.repair import repair_state, skip_position
 from pyspark_fenced_sink.protocol.view import TableIdentity, bind
-from pyspark_fenced_sink.protocol.wal import (
-    MAIN_BRANCH,
-    TOKEN_CHARS,
-    EntryKind,
-    Wal,
-    WalEntry,
-    WriteMode,
-    decode_entry,
-    encoded_path,
-)
+from pyspark_fenced_sink.protocol.wal import Wal
 from pyspark_fenced_sink.store.memory import MemoryStore
 
 from .memory_port import NAME, MemoryCatalog, MemoryTable, MemoryTablePort
 from .oracle import replay
 from .sched import Scheduler
+
+#: The key prefix of rows another engine wrote (no WAL entry carries them; ``tests/model/foreign.py``).
+OTHER = "other-engine:"
 
 #: What a write may legitimately end with besides success (recorded on the Write, checked by ``check``).
 WRITE_ERRORS = (
@@ -77,8 +85,7 @@ WRITE_ERRORS = (
     WriteRejectedError,
     CommitOutcomeUnknownError,
     TableStateError,
-    TableChangedError,
-    InvalidOptionsError,  # the table was dropped and not (yet) re-created
+    TableChangedError,  # also: the table was dropped and not (yet) re-created
 )
 
 
@@ -146,8 +153,6 @@ class Env:
     #: window above the tail (more holes, voided by commits).
     pace: float | None = None
     created_at: dict[tuple[str, int], tuple[float, str]] = field(default_factory=dict)
-    #: WAL positions whose object the tool damaged (and the operator moved aside): (control root, seq).
-    damaged: set[tuple[str, int]] = field(default_factory=set)
     #: Spawn the zombie race (an old incarnation stalling between its claim's LIST and PUT, a newer one opening).
     zombie: bool = False
     #: Processes that slow to a crawl after their next LIST, until their next put.
@@ -157,6 +162,10 @@ class Env:
     #: a schedule without them (``features`` False) interleaves exactly as before they existed.
     feat: random.Random = field(default_factory=random.Random)
     features: bool = True
+    #: Model files may hold NaN rows in ``v`` (a double in the in-memory catalog; the SQLite backend's is a long).
+    nan_rows: bool = True
+    #: State of the processes ``tests/model/foreign.py`` adds (stream readers), by name.
+    extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not self.catalog.created:
@@ -253,6 +262,20 @@ class Env:
             ctx.check(raw)
         return ctx
 
+    def filter_ids(self, row_filter: str | None) -> tuple[tuple[str, int], ...]:
+        """A model filter's column bound to its field id in the table's columns now (planning).
+
+        Raises:
+            InvalidOptionsError: the column does not exist now (another engine renamed it).
+        """
+        if row_filter is None:
+            return ()
+        name = row_filter.split()[0]
+        ids = {n: i for i, n in self.table.columns.items()}
+        if name not in ids:
+            raise InvalidOptionsError(f"option replace-where={row_filter!r}: the table has no column {name!r}")
+        return ((name, ids[name]),)
+
     def write_files(self, tag: FileTag, key: str, count: int, row_filter: str | None = None) -> list[dict[str, Any]]:
         """Executors write ``count`` files for logical row set ``key`` (rows satisfying ``row_filter``)."""
         files = []
@@ -264,6 +287,8 @@ class Env:
                 part, lo = (int(value), lo) if column == "part" else (part, max(lo, int(value)))
             hi = min(9, lo + self.feat.randint(0, 2))
             encoded = self.encode_file(name.file_name(), f"{key}#{i}", part, lo, hi)
+            if self.nan_rows and self.features and row_filter is None and self.feat.random() < 0.15:
+                encoded["nan"] = True  # rows with NaN in v: fencedlake's files count them (statistics "full")
             self.disk[str(encoded["p"])] = FileTag.parse(name.file_name()) or tag
             files.append(encoded)
         return files
@@ -341,6 +366,11 @@ def anon_write(env: Env, name: str, target: Target) -> None:
     if opened is None:
         return
     ctx, view, ident = opened
+    try:
+        filter_ids = env.filter_ids(target.row_filter)  # planning binds the filter to the table's columns
+    except InvalidOptionsError as e:
+        write.error = e
+        return
     tag = _tag(ctx, ident.writer, True, None, ident.opened, None)
     files = env.write_files(tag, write.key, env.rng.randint(0, 2), target.row_filter)
     entry = data_entry(
@@ -349,6 +379,7 @@ def anon_write(env: Env, name: str, target: Target) -> None:
         mode=target.mode,
         spec_id=view.spec_id,
         row_filter=target.row_filter,
+        filter_ids=filter_ids,
         branch=target.branch,
         properties=dict(target.properties),
     )
@@ -392,6 +423,7 @@ def compact_process(env: Env, name: str, delay: float) -> None:
     out = {
         **env.encode_file(out_name, f"{write.key}#0", part, lo, hi),
         "keys": sorted(k for f in inputs for k in keys_of(f)),
+        "nan": any(f.get("nan") for f in inputs),
     }
     env.disk[str(out["p"])] = FileTag.parse(out_name) or tag
     paths = [encoded_path(f) for f in inputs]
@@ -574,8 +606,16 @@ def _repair(env: Env) -> None:
             ctx = env.ctx(check=False)
             repair_state(ctx, ctx.identity.uuid, ctx.identity.root)  # type: ignore[union-attr]
             return
-        except (TableStateError, CommitOutcomeUnknownError, InvalidOptionsError):
+        except (TableStateError, CommitOutcomeUnknownError, TableChangedError):
             env.sched.sleep(0.05)
+
+
+def _token_of(raw: bytes) -> str:
+    """The owner token prefix of a WAL object, or "" if it is no JSON object."""
+    try:
+        return str(json.loads(raw).get("token", ""))[:TOKEN_CHARS]
+    except (ValueError, AttributeError):
+        return ""
 
 
 def _lose_and_skip(env: Env) -> None:
@@ -584,6 +624,7 @@ def _lose_and_skip(env: Env) -> None:
     Damage is atomic with reading the upper (an object that blocks the table keeps the upper at it): no
     committer can read a damaged entry, so none can reconcile past it.
     """
+    original: bytes | None = None
     try:
         ctx = env.ctx()
         table = next(t for t in env.catalog.created if t.uuid == ctx.identity.uuid)  # type: ignore[union-attr]
@@ -592,24 +633,28 @@ def _lose_and_skip(env: Env) -> None:
             upper = table.state.upper
             if sum(1 for k in objects if (s := seq_of(k)) is not None and s >= upper) < 2:
                 return
-            intact = objects.get(wal_key(upper))
-            if intact is None:  # a hole at the upper: nothing to damage
+            original = objects.get(wal_key(upper))
+            if original is None:  # a hole at the upper: nothing to damage
                 return
             objects[wal_key(upper)] = b"{damaged"
+            env.extra.setdefault("damaged", set()).add((upper, _token_of(original)))
         env.injected["damaged objects"] += 1
-        env.damaged.add((ctx.identity.root if ctx.identity else "", upper))
         env.sched.sleep(env.rng.uniform(0.05, 0.3))
         ctx.wal.store.delete(wal_key(upper))  # moved aside by the operator
     except (CorruptControlDataError, *WRITE_ERRORS):
         return
     try:
         skip_position(ctx, upper, "damaged object moved aside (model)")
-    except SkipRefused as e:
-        # A committer had read the object intact and reconciled the position meanwhile: the operator puts
-        # the object back from its backup (what repair-state asks for), or the WAL would miss a position.
-        if "reconciled meanwhile" in str(e) or "below the committed upper" in str(e):
-            objects.setdefault(wal_key(upper), intact)
-            env.injected["damaged objects restored"] += 1
+    except SkipRefused:
+        # "reconciled meanwhile; nothing to skip": if a committer had read the entry before the damage, its
+        # record names it; the operator puts the entry back from a backup, so the position holds it again.
+        if original is not None and _token_of(original):
+            try:
+                named = recorded_token(ctx, ctx.load(), upper)
+            except (CorruptControlDataError, *WRITE_ERRORS):
+                return
+            if named == _token_of(original):
+                ctx.wal.store.objects.setdefault(wal_key(upper), original)  # type: ignore[attr-defined]
     except (CorruptControlDataError, *WRITE_ERRORS):
         return
 
@@ -671,6 +716,9 @@ def build_schedule(env: Env) -> None:
         for c in range(feat.randint(1, 2)):
             delay = feat.uniform(0.1, 1.0)
             spawn(f"compact{c}", lambda c=c, d=delay: compact_process(env, f"compact{c}", d))
+    from . import foreign  # other engines and a stream reader (tests/model/foreign.py)
+
+    foreign.spawn(env, spawn)
 
 
 class Backend(Protocol):
@@ -754,11 +802,16 @@ def run_schedule(
 
 
 def _entries(store: MemoryStore) -> dict[int, WalEntry]:
+    """The decodable WAL entries. A malformed object left behind is one a commit voided (inert, never read);
+    one still pending is caught by the "pending after recover" check, one reconciled by its token."""
     out = {}
     for key, data in store.objects.items():
         seq = seq_of(key)
         if seq is not None:
-            out[seq] = decode_entry(data, key)
+            try:
+                out[seq] = decode_entry(data, key)
+            except CorruptControlDataError:
+                continue
     return out
 
 
@@ -774,7 +827,7 @@ def coverage(env: Env, finals: list[Final]) -> Counter[str]:
                 c[f"outcome:{Outcome(code).name}"] += 1
                 if code == Outcome.VOID.value:
                     voided.add(r.first + i)
-        c["puts landed in a voided hole"] += len(voided & set(_entries(final.ctx.wal.store)))  # type: ignore[arg-type]
+        c["puts landed in a voided hole"] += len(voided & set(final.ctx.wal.scan(0)))
         c["multi-entry commits"] += sum(1 for _, r in t.records if len(r.outcomes) > 1)
         c["stale commit conflicts"] += sum(int(r.metrics.get("conf", 0)) for _, r in t.records)
     c["tables"] += len(finals)
@@ -806,6 +859,9 @@ def coverage(env: Env, finals: list[Final]) -> Counter[str]:
     c["ambiguous puts injected"] += env.injected["put"]
     c["unknown commits injected"] += env.injected["commit"]
     c["damaged objects skipped"] += env.injected["damaged objects"]
+    from . import foreign
+
+    c.update(foreign.coverage(env, [f.table for f in finals]))
     return c
 
 
@@ -828,6 +884,9 @@ def check(env: Env, finals: list[Final]) -> list[str]:
         if isinstance(w.error, CommitOutcomeUnknownError) and not proc.crashed and not _identity_event(env):
             v.append(f"I5: {w.proc} ended with an unknown outcome without faults preventing it: {w.error}")
     v.extend(_check_false_fences(env, finals))
+    from . import foreign
+
+    v.extend(foreign.check(env, [f.table for f in finals]))
     missing = [
         p for f in finals for p in f.table.all_live() if str(p["p"]) not in env.disk and str(p["p"]) not in env.purged
     ]
@@ -840,7 +899,7 @@ def check(env: Env, finals: list[Final]) -> list[str]:
 
 def _identity_event(env: Env) -> bool:
     """True if another tool changed the table's identity or state (writes may end "unknown" then)."""
-    return any(p.name == "tool" for p in env.sched.procs)
+    return any(p.name.startswith("tool") for p in env.sched.procs)
 
 
 def _check_table(env: Env, final: Final, writes: list[Write], key_table: Mapping[str, str | None]) -> list[str]:
@@ -879,26 +938,21 @@ def _check_table(env: Env, final: Final, writes: list[Write], key_table: Mapping
     for seq, entry in entries.items():
         found = outcome_at.get(seq)
         inert_skip = entry.kind is EntryKind.SKIP  # lost a race with a committer that read the object before
-        voided = found is not None and found[1] is Outcome.VOID
-        if (
-            found is not None
-            and found[0] != entry.token[:TOKEN_CHARS]
-            and seq >= truncated_below
-            and not inert_skip
-            and not voided
-        ):
+        # A damaged object the operator moved aside, reconciled from a copy a committer had read before the
+        # damage; a writer's put took the freed position meanwhile (its writer finds the record and re-appends);
+        # or a put that landed in a hole a commit had voided.
+        inert = inert_skip or (found is not None and (seq, found[0]) in env.extra.get("damaged", ()))
+        inert = inert or (found is not None and found[1] is Outcome.VOID)  # a put into a voided hole
+        if found is not None and found[0] != entry.token[:TOKEN_CHARS] and seq >= truncated_below and not inert:
             v.append(f"I6: {name}: WAL position {seq} below the upper holds another entry than the one reconciled")
     # I4: an epoch a writer used is a barrier of its own that was reconciled (never a reused position).
     for w in writes:
         if w.barrier is not None and w.barrier[0] < t.state.upper:
             found = outcome_at.get(w.barrier[0])
-            # Damaged and moved aside, then skipped by the operator, or voided by a commit (a writer that
-            # claimed past the position declared it a hole before the object was put): the same outcome.
-            damaged = (_root_of(env, final), w.barrier[0]) in env.damaged
-            damaged_and_skipped = found is not None and (
-                found[1] is Outcome.SKIPPED or (damaged and found[1] is Outcome.VOID)
-            )
-            if (found is None or found[0] != w.barrier[1][:TOKEN_CHARS]) and not damaged_and_skipped:
+            damaged_and_skipped = found is not None and found[1] is Outcome.SKIPPED
+            # A damaged barrier moved aside by the operator: its writer's entries are fenced, never applied.
+            damaged = (w.barrier[0], w.barrier[1][:TOKEN_CHARS]) in env.extra.get("damaged", ())
+            if (found is None or found[0] != w.barrier[1][:TOKEN_CHARS]) and not damaged_and_skipped and not damaged:
                 v.append(f"I4: {w.proc} used epoch {w.barrier[0]}, but its barrier was never reconciled there")
     by_token = {w.entry.token[:TOKEN_CHARS]: w.entry for w in writes if w.entry is not None}
     by_token.update({e.token[:TOKEN_CHARS]: e for e in entries.values()})
@@ -911,7 +965,7 @@ def _check_table(env: Env, final: Final, writes: list[Write], key_table: Mapping
     if any(c > 1 for c in applied_tokens.values()):
         v.append(f"I1/I7: {name}: an entry was applied twice: {[k for k, c in applied_tokens.items() if c > 1]}")
     # I8: rows of a table come only from writes made to that table (never another table's replayed log).
-    foreign = sorted({k for k in keys if key_table.get(k.rsplit("#", 1)[0]) != t.uuid})
+    foreign = sorted({k for k in keys if key_table.get(k.rsplit("#", 1)[0]) != t.uuid and not k.startswith(OTHER)})
     if foreign:
         v.append(f"I8: {name}: rows written to another table (by identity) are in this one: {foreign[:4]}")
     applied_keys = {
@@ -921,7 +975,7 @@ def _check_table(env: Env, final: Final, writes: list[Write], key_table: Mapping
         for f in entry.files
         for k in keys_of(f)
     }
-    for key in sorted(keys - applied_keys):
+    for key in sorted(k for k in keys - applied_keys if not k.startswith(OTHER)):
         v.append(f"model: {name}: {key} is in the table but no applied entry carries it")
     # I1/I9: every branch holds exactly what replaying the applied entries in WAL order gives.
     v.extend(replay(t, outcome_at, by_token))

@@ -31,13 +31,14 @@ from pyiceberg.typedef import Record
 from pyiceberg.types import IntegerType, LongType, NestedField
 
 from pyspark_fenced_sink.iceberg.catalogs import embedded_catalog
-from pyspark_fenced_sink.iceberg.datafiles import encode_data_file
-from pyspark_fenced_sink.iceberg.table_port import IcebergTablePort
-from pyspark_fenced_sink.protocol.commit import CommitUnknown, TableView
+from pyspark_fenced_sink.iceberg.codec.datafiles import encode_data_file
+from pyspark_fenced_sink.iceberg.commit.table_port import IcebergTablePort
+from pyspark_fenced_sink.protocol.context import CommitUnknown
+from pyspark_fenced_sink.protocol.entry import MAIN_BRANCH, WalEntry
 from pyspark_fenced_sink.protocol.reconcile import ReconcilePlan
 from pyspark_fenced_sink.protocol.replace import EntryRefused
 from pyspark_fenced_sink.protocol.state import STATE_PROPERTY, CommitRecord, CommittedState
-from pyspark_fenced_sink.protocol.wal import MAIN_BRANCH, WalEntry
+from pyspark_fenced_sink.protocol.view import TableView
 
 from .harness import Env
 from .memory_port import apply_plan
@@ -141,6 +142,7 @@ class SqliteBackend:
 
         env.encode_file = encode_file
         env.catalog_ops = False  # drop/rename/purge and friends run on the in-memory catalog only
+        env.nan_rows = False  # the table's v is a long: no NaN
         env.table.uuid = str(table.metadata.table_uuid)
         env.table.location = table.location()
         env.port_factory = lambda e: _ModelPort(self.catalog, name, e, live=True)

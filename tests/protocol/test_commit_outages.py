@@ -13,10 +13,12 @@ from __future__ import annotations
 import pytest
 
 from pyspark_fenced_sink.errors import CommitOutcomeUnknownError
-from pyspark_fenced_sink.protocol.commit import CommitConflict, CommitContext, TableView, commit_entry
+from pyspark_fenced_sink.protocol.commit import commit_entry
+from pyspark_fenced_sink.protocol.context import CommitConflict, CommitContext
 from pyspark_fenced_sink.protocol.fencing import open_writer
 from pyspark_fenced_sink.protocol.outcome import data_entry
 from pyspark_fenced_sink.protocol.reconcile import Outcome
+from pyspark_fenced_sink.protocol.view import TableView
 from pyspark_fenced_sink.protocol.wal import Wal
 from pyspark_fenced_sink.store.memory import MemoryStore
 from tests.model.memory_port import MemoryTable, MemoryTablePort
@@ -75,7 +77,7 @@ def _ctx(
 
 
 def _entry(ctx: CommitContext, name: str):  # type: ignore[no-untyped-def]
-    return data_entry(open_writer(ctx, None), [{"p": f"data/{name}.parquet"}])
+    return data_entry(open_writer(ctx, None), [{"p": f"data/{name}.parquet", "s": 0}])
 
 
 def test_a_short_outage_after_the_wal_put_is_ridden_out() -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from pyspark_fenced_sink.iceberg.catalogs import embedded_catalog, open_table
-from pyspark_fenced_sink.options import catalog_config
+from pyspark_fenced_sink.options.catalog import catalog_config
 from pyspark_fenced_sink.protocol.state import STATE_PROPERTY, CommittedState
 from pyspark_fenced_sink.testing.harness import rows, sink_write
 from pyspark_fenced_sink.testing.invariants import check_table
@@ -57,8 +57,8 @@ def test_files_appended_twice_are_an_i1_violation(tmp_path: Path) -> None:
 def _void_position_1(wh: str) -> Any:
     """A table whose WAL position 1 was voided as a hole (an entry at 2 declared it); returns the context."""
     from pyspark_fenced_sink.protocol.commit import recover
+    from pyspark_fenced_sink.protocol.entry import EntryKind, WalEntry, encode_entry
     from pyspark_fenced_sink.protocol.fencing import new_token
-    from pyspark_fenced_sink.protocol.wal import EntryKind, WalEntry, encode_entry
 
     sink_write(wh, TABLE, rows("a", 0, 5))  # position 0
     ctx = open_table(catalog_config(warehouse=wh), TABLE).ctx
@@ -70,7 +70,7 @@ def _void_position_1(wh: str) -> Any:
 
 def test_an_object_put_late_into_a_voided_hole_is_inert(tmp_path: Path) -> None:
     """Write a's own entry again at the voided position (its writer's late put, same token): not a violation."""
-    from pyspark_fenced_sink.protocol.wal import encode_entry
+    from pyspark_fenced_sink.protocol.entry import encode_entry
 
     ctx = _void_position_1(str(tmp_path))
     ctx.wal.store.put_if_absent("wal/00000000000000000001.json", encode_entry(ctx.wal.read(0)))
@@ -79,8 +79,8 @@ def test_an_object_put_late_into_a_voided_hole_is_inert(tmp_path: Path) -> None:
 
 def test_live_files_of_an_object_in_a_voided_hole_are_an_i1_violation(tmp_path: Path) -> None:
     """An entry at a voided position whose files are live although no applied entry carries its token: I1."""
+    from pyspark_fenced_sink.protocol.entry import encode_entry
     from pyspark_fenced_sink.protocol.fencing import new_token
-    from pyspark_fenced_sink.protocol.wal import encode_entry
 
     ctx = _void_position_1(str(tmp_path))
     impostor = replace(ctx.wal.read(0), token=new_token())  # a's files, another write's token
