@@ -56,15 +56,17 @@ BUDGET = {"GET": 5.0, "PUT": 2.0, "LIST": 2.0, "CAS/commit": 2.0}
 
 
 class _Worker:
-    def __init__(self, index: int, logdir: Path) -> None:
+    def __init__(self, index: int, logdir: Path, ablate: Sequence[str] = (), code: Path | None = None) -> None:
         self.index = index
-        self.stderr_path = logdir / f"latency-worker-{index}.stderr"
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+        self.stderr_path = logdir / f"latency-worker-{index}-{os.getpid()}-{id(self)}.stderr"
+        home = _code_home(code, logdir) if code is not None else ROOT
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(home), os.environ.get("PYTHONPATH")]))}
         env.pop("FENCEDLAKE_LOG_LEVEL", None)
+        env["FENCEDLAKE_BENCH_ABLATE"] = ",".join(ablate)
         self._stderr: IO[bytes] = open(self.stderr_path, "wb")  # noqa: SIM115 - closed in close()
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "benchmarks.latency_worker"],
-            cwd=ROOT,
+            cwd=home,
             env=env,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
@@ -101,6 +103,16 @@ class _Worker:
             self.proc.wait()
         finally:
             self._stderr.close()
+
+
+def _code_home(code: Path, scratch: Path) -> Path:
+    """A directory whose ``pyspark_fenced_sink`` is ``code``'s and whose ``benchmarks`` are these (the seams)."""
+    home = scratch / f"code-{abs(hash(str(code))):x}"
+    if not home.exists():
+        home.mkdir()
+        (home / "pyspark_fenced_sink").symlink_to(Path(code).resolve() / "pyspark_fenced_sink")
+        (home / "benchmarks").symlink_to(ROOT / "benchmarks")
+    return home
 
 
 def _cpu_ticks() -> tuple[int, int]:
@@ -246,34 +258,55 @@ def run(
     cas_ms: float = 100.0,
     jitter: float = 0.25,
     other_catalogs_at: int | None = None,
+    ablations: Sequence[Sequence[str]] = (),
+    baseline_code: str | None = None,
     workdir: str | None = None,
     log: Callable[[str], None] = print,
 ) -> SuiteResult:
-    """One round per W (and per other catalog at ``other_catalogs_at``); see the module docstring."""
+    """One round per W (and per other catalog at ``other_catalogs_at``); see the module docstring.
+
+    ``ablations``: more variants, each with some mechanisms of the commit path turned off
+    (``latency_worker.ABLATIONS``), measured at the largest W. ``baseline_code``: a checkout of
+    an earlier version whose package the ``before`` variant's workers import, measured at every
+    W interleaved with this version's rounds (so both see the same machine).
+    """
     result = SuiteResult("latency", "The commit path at cloud latency: W concurrent writers (issue 26)")
     lat = {"store_s": store_ms / 1000, "table_s": table_ms / 1000, "cas_s": cas_ms / 1000, "jitter": jitter}
     params = {"writers": list(writers), "seconds": seconds, "warmup": warmup, "procs": procs, **lat, "rows": ROWS}
+    params.update(ablations=[list(a) for a in ablations], baseline_code=bool(baseline_code))
     result.data["params"] = params
     rounds: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="fencedlake-bench-latency-", dir=_scratch(workdir)) as tmp:
         result.data["params"]["scratch"] = "tmpfs" if tmp.startswith("/dev/shm") else "disk"
         at = other_catalogs_at or max(writers)
-        plan = [("sqlite", w) for w in writers]
         targets = _targets(Path(tmp))
-        plan += [(label, at) for label in targets if label != "sqlite"]
-        pool = [_Worker(i, Path(tmp)) for i in range(procs)]
+        variants: dict[str, tuple[tuple[str, ...], Path | None]] = {"all": ((), None)}
+        if baseline_code:
+            variants["before"] = ((), Path(baseline_code))
+        variants.update({"-".join(a): (tuple(a), None) for a in ablations})
+        plan: list[tuple[str, str, int]] = []
+        for i, w in enumerate(writers):
+            both = [v for v in ("all", "before") if v in variants]
+            plan += [("sqlite", v, w) for v in (both if i % 2 == 0 else both[::-1])]
+        plan += [(label, v, at) for label in targets if label != "sqlite" for v in variants if v in ("all", "before")]
+        plan += [("sqlite", v, max(writers)) for v in variants if v not in ("all", "before")]
+        pools: dict[str, list[_Worker]] = {}
         try:
-            for worker in pool:
-                worker.receive()
-            for label, w in plan:
+            for v, (ablate, code) in variants.items():
+                pools[v] = [_Worker(i, Path(tmp), ablate, code) for i in range(procs)]
+            for pool in pools.values():
+                for worker in pool:
+                    worker.receive()
+            for label, v, w in plan:
                 table = f"bench_{uuid.uuid4().hex[:8]}.lat_w{w}"
-                r = _round(pool, targets[label], table, w, seconds, warmup, lat)
-                r["catalog"] = label
+                r = _round(pools[v], targets[label], table, w, seconds, warmup, lat)
+                r["catalog"], r["variant"] = label, v
                 rounds.append(r)
-                log(f"  {label} W={w}: {_summary(r)}")
+                log(f"  {label} {v} W={w}: {_summary(r)}")
         finally:
-            for worker in pool:
-                worker.close()
+            for pool in pools.values():
+                for worker in pool:
+                    worker.close()
     _report(result, rounds)
     return result
 
@@ -295,6 +328,7 @@ def _fmt_counts(per_write: dict[str, float]) -> str:
 
 COLUMNS = [
     "catalog",
+    "variant",
     "W",
     "writes/s",
     "vs first W",
@@ -318,15 +352,19 @@ COLUMNS = [
 
 def _report(result: SuiteResult, rounds: list[dict[str, Any]]) -> None:
     result.columns = COLUMNS
-    first = next((r["writes_per_s"] for r in rounds if r["catalog"] == "sqlite"), float("nan"))
+    firsts: dict[str, float] = {}
+    for r in rounds:  # each variant's smallest W on SQLite (the rounds run W ascending)
+        if r["catalog"] == "sqlite":
+            firsts.setdefault(r.get("variant", "all"), r["writes_per_s"])
     for r in rounds:
         per = r["per_write"]
         result.rows.append(
             {
                 "catalog": r["catalog"],
+                "variant": r.get("variant", "all"),
                 "W": r["W"],
                 "writes/s": r["writes_per_s"],
-                "vs first W": ratio(r["writes_per_s"], first),
+                "vs first W": ratio(r["writes_per_s"], firsts.get(r.get("variant", "all"), float("nan"))),
                 "p50 s": r["p50_s"],
                 "p99 s": r["p99_s"],
                 "max s": r["max_s"],
@@ -344,6 +382,8 @@ def _report(result: SuiteResult, rounds: list[dict[str, Any]]) -> None:
                 "exactly once": "yes" if r["exact"] else f"NO: {r['exact_detail']}",
             }
         )
+        if r.get("variant", "all") != "all":
+            continue  # the budgets are this version's; 'before' and ablations are there to be compared
         for kind in ("GET", "PUT", "LIST"):
             if per.get(kind, 0.0) > BUDGET[kind]:
                 result.warnings.append(
@@ -356,7 +396,8 @@ def _report(result: SuiteResult, rounds: list[dict[str, Any]]) -> None:
         if r["errors"]:
             result.warnings.append(f"{r['catalog']} W={r['W']}: errors reached writers: {r['errors']}")
     result.data["rounds"] = rounds
-    top = max((r for r in rounds if r["catalog"] == "sqlite"), key=lambda r: r["W"], default=None)
+    full = [r for r in rounds if r["catalog"] == "sqlite" and r.get("variant", "all") == "all"]
+    top = max(full, key=lambda r: r["W"], default=None)
     if top is not None:
         origins = ", ".join(f"{k} {v:.2f}" for k, v in list(top["origins"].items())[:12])
         result.notes.append(f"Where the control requests of W={top['W']} come from (per landed write): {origins}.")
@@ -393,6 +434,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cas-ms", type=float, default=100.0)
     p.add_argument("--jitter", type=float, default=0.25)
     p.add_argument("--other-catalogs-at", type=int, help="W of the PostgreSQL / REST rounds [the largest W]")
+    p.add_argument(
+        "--ablate",
+        action="append",
+        default=[],
+        metavar="A[,B]",
+        help="also measure, at the largest W, a variant with these mechanisms off (repeatable): "
+        "no-spread, serial-reads, no-head",
+    )
+    p.add_argument(
+        "--baseline-code",
+        metavar="DIR",
+        help="a checkout of an earlier version: its package runs as the 'before' variant, interleaved",
+    )
     p.add_argument("--json", help="write the suite result here")
     p.add_argument("--workdir", help="scratch directory [/dev/shm when present]")
     args = p.parse_args(argv)
@@ -406,6 +460,8 @@ def main(argv: list[str] | None = None) -> int:
         cas_ms=args.cas_ms,
         jitter=args.jitter,
         other_catalogs_at=args.other_catalogs_at,
+        ablations=[a.split(",") for a in args.ablate],
+        baseline_code=args.baseline_code,
         workdir=args.workdir,
     )
     print(res.markdown())

@@ -57,8 +57,8 @@ def _write(target: Any, table: str, lo: int, rows: int) -> dict[str, Any]:
         by_peer=res.by_peer,
         group=res.group,
         helped=res.helped,
-        waits=res.waits,
-        helper=res.helper,
+        waits=getattr(res, "waits", 0),  # an earlier version's result has no waits / helper
+        helper=getattr(res, "helper", False),
     )
     return record
 
@@ -69,6 +69,39 @@ def _loop(target: Any, table: str, base: int, rows: int, start: float, stop: flo
     while time.time() < stop:
         out.append(_write(target, table, base + k * rows, rows))
         k += 1
+
+
+#: Benchmark-only switches that turn one mechanism of the commit path off (``--ablate``), to measure the
+#: mechanisms alone and together. Each patches a module attribute in this worker process only.
+ABLATIONS = {
+    # Claims take the tail + 1, and after a lost race the next position (no window, no holes).
+    "no-spread": ("pyspark_fenced_sink.protocol.wal", "SPREAD_MAX", 1),
+    # Pending entries are read one GET after the other.
+    "serial-reads": ("pyspark_fenced_sink.protocol.wal", "READ_THREADS", 1),
+    # Every waiting writer commits as soon as it looks (no head, no patience): every writer a committer.
+    "no-head": ("pyspark_fenced_sink.protocol.waiting", "CANDIDATE_SPAN", 10**9),
+}
+
+
+def _ablate(names: list[str]) -> None:
+    import importlib
+
+    for name in names:
+        module, attr, value = ABLATIONS[name]
+        setattr(importlib.import_module(module), attr, value)
+    if "no-head" in names:  # a candidate whose LIST shows entries ahead still commits: it never waits
+        from pyspark_fenced_sink.protocol.waiting import Waiting
+
+        Waiting.head = lambda self: True  # type: ignore[method-assign]
+    if "serial-reads" in names:
+        from pyspark_fenced_sink.protocol.wal import Wal
+
+        real = Wal.__init__
+
+        def serial(self: Any, *args: Any, **kwargs: Any) -> None:
+            real(self, *args, **{**kwargs, "parallel_reads": False})
+
+        Wal.__init__ = serial  # type: ignore[method-assign]
 
 
 def _round(cmd: dict[str, Any], latency: Latency, meter: Meter) -> None:
@@ -109,11 +142,7 @@ def main() -> None:
     logging.getLogger("pyiceberg").setLevel(logging.ERROR)
     latency, meter = Latency(), Meter()
     install_store(latency, meter)
-    if os.environ.get("FENCEDLAKE_BENCH_PHASES"):  # ad-hoc profiling hook (experiments only)
-        sys.path.insert(0, os.environ["FENCEDLAKE_BENCH_PHASES"])
-        import phases
-
-        phases.install()
+    _ablate([a for a in os.environ.get("FENCEDLAKE_BENCH_ABLATE", "").split(",") if a])
     import pyspark_fenced_sink.testing.harness  # noqa: F401 - import cost paid before the first round
 
     _send({"hello": os.getpid()})

@@ -40,8 +40,8 @@ PATIENCE_MAX_S = 10.0
 SLOW_PATIENCES = 4.0
 SLOW_DEADLINE_SHARE = 0.25
 #: A writer this close to the upper, with no entry it knows of in between, lists the WAL to see
-#: whether it is the head (farther writers wait: the head is almost always within a claim's spread).
-CANDIDATE_SPAN = 24
+#: whether it is the head (farther writers wait: the head is almost always within two claim spreads).
+CANDIDATE_SPAN = 64
 
 
 @dataclass
@@ -143,8 +143,10 @@ class Waiting:
         """Seconds to sleep before the next table read (jittered, so waiters do not poll in step).
 
         A fraction of the commit cadence; a writer more than a commit's worth of positions away
-        from the upper sleeps until the commit predicted to reach it. So a write reads the table
-        a few times while it waits, however long the queue ahead of it is.
+        from the upper sleeps up to one whole cadence (the commit predicted to reach it is later
+        still). So a write reads the table a few times per commit it waits through, however long
+        the queue ahead of it is — and never sleeps through more than one commit: the entries
+        before it may all be applied by the next one, and then it is the head.
         """
         self.polls += 1
         if self.cadence is None:
@@ -152,5 +154,6 @@ class Waiting:
         base = POLL_FRACTION * self.cadence
         if self.pace:
             per_commit = max(1.0, self.pace * self.cadence)
-            base = max(base, (self.seq - self.upper) / per_commit * self.cadence - self.cadence)
+            ahead = (self.seq - self.upper) / per_commit * self.cadence - self.cadence
+            base = max(base, min(self.cadence, ahead))
         return min(POLL_MAX_S, max(POLL_MIN_S, base)) * rng.uniform(0.75, 1.25)

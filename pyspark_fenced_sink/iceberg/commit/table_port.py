@@ -39,7 +39,7 @@ from pyspark_fenced_sink.iceberg.commit.entry_files import INAPPLICABLE, decoded
 from pyspark_fenced_sink.iceberg.commit.producers import PRODUCERS
 from pyspark_fenced_sink.protocol.context import CommitConflict, CommitUnknown
 from pyspark_fenced_sink.protocol.entry import WalEntry
-from pyspark_fenced_sink.protocol.reconcile import ReconcilePlan
+from pyspark_fenced_sink.protocol.reconcile import Outcome, ReconcilePlan
 from pyspark_fenced_sink.protocol.replace import EntryRefused
 from pyspark_fenced_sink.protocol.state import (
     STATE_PROPERTY,
@@ -126,10 +126,12 @@ PACE_COMMITS = 8
 
 
 def _pace(metadata: TableMetadata) -> tuple[float | None, float | None]:
-    """(WAL positions reconciled per second, seconds between commits) over the newest fencedlake commits.
+    """(WAL entries reconciled per second, seconds between commits) over the newest fencedlake commits.
 
-    From the snapshots' timestamps (the committers' clocks): only a hint for how writers claim
-    positions and how often waiters look (``protocol.waiting``), never used for a decision.
+    Entries, not positions: voided holes are not counted (counting them would widen claims, make
+    more holes and widen claims further). From the snapshots' timestamps (the committers' clocks):
+    only a hint for how writers claim positions and how often waiters look (``protocol.waiting``),
+    never used for a decision.
     """
     recent: list[tuple[float, int]] = []
     for snapshot in metadata.snapshots[::-1][: 4 * PACE_COMMITS]:
@@ -138,13 +140,14 @@ def _pace(metadata: TableMetadata) -> tuple[float | None, float | None]:
         except CorruptControlDataError:
             continue
         if record is not None:
-            recent.append((snapshot.timestamp_ms / 1000.0, record.last))
+            entries = sum(1 for _, code in record.outcomes if code != Outcome.VOID.value)
+            recent.append((snapshot.timestamp_ms / 1000.0, entries))
             if len(recent) >= PACE_COMMITS:
                 break
     if len(recent) < 2 or recent[0][0] <= recent[-1][0]:
         return None, None
     span = recent[0][0] - recent[-1][0]
-    return (recent[0][1] - recent[-1][1]) / span, span / (len(recent) - 1)
+    return sum(n for _, n in recent[:-1]) / span, span / (len(recent) - 1)
 
 
 def _records(metadata: TableMetadata) -> Iterator[CommitRecord]:
