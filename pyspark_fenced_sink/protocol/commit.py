@@ -132,6 +132,7 @@ def _drive(ctx: CommitContext, claimed: Claimed, view: TableView, progress: Prog
     deadline = progress.t0 + ctx.max_wait_s
     refusals = Refusals()
     waiting = progress.waiting = _waiting(ctx, claimed, view)
+    known = _quiet(claimed, view)  # a first attempt that needs no LIST
     gaps = 0
     while True:
         if position(seq, view.state.upper) is Position.BELOW:
@@ -173,7 +174,8 @@ def _drive(ctx: CommitContext, claimed: Claimed, view: TableView, progress: Prog
             ctx.sleep(waiting.pause(ctx.rng))
             view = reload(ctx, progress)
             continue
-        listed = ctx.wal.scan(view.state.upper)
+        listed = known if known is not None else ctx.wal.scan(view.state.upper)
+        known = None
         if not waiting.listed(listed):  # an entry lies before ours: its writer commits first
             continue
         pending = _read_pending(ctx, view.state.upper, cache, listed)
@@ -238,6 +240,20 @@ def _drive(ctx: CommitContext, claimed: Claimed, view: TableView, progress: Prog
             )
 
 
+def _quiet(claimed: Claimed, view: TableView) -> list[int] | None:
+    """The pending positions up to ours, if the claim saw a quiet WAL (no LIST needed to commit them).
+
+    Quiet: the claim took the first free position and saw nothing pending but the writer's own
+    barrier (its epoch). Every position up to ours is then known; entries put after our claim wait
+    for this commit and lead the next.
+    """
+    own = claimed.entry.epoch if claimed.entry.kind is EntryKind.DATA else None
+    ahead = [p for p in claimed.ahead if p >= view.state.upper]
+    if claimed.vanished or claimed.entry.floor is not None or any(p != own for p in ahead):
+        return None
+    return [*ahead, claimed.seq]
+
+
 def _own(claimed: Claimed) -> dict[int, WalEntry]:
     """The entries known without a read: our own, unless the claim vanished (then the position is read)."""
     return {} if claimed.vanished else {claimed.seq: claimed.entry}
@@ -248,6 +264,7 @@ def _waiting(ctx: CommitContext, claimed: Claimed, view: TableView) -> Waiting:
         claimed.seq,
         claimed.ahead,
         view.state.upper,
+        claimed.entry.epoch if claimed.entry.kind is EntryKind.DATA else None,
         ctx.now(),
         patience_s=ctx.patience_s,
         poll_s=ctx.poll_s,

@@ -51,6 +51,8 @@ class Waiting:
     Attributes:
         seq: The writer's WAL position.
         ahead: Positions below ``seq`` it saw taken when it claimed ``seq``.
+        own: The position of its own barrier (its epoch), if any: an entry of its own, which no
+            other writer waits to commit, so it does not stand before it.
         upper: The committed upper it saw last.
         moved_at: When it saw the upper move last (or started waiting).
         cadence: Seconds between upper moves it has seen (None: none seen yet).
@@ -69,6 +71,7 @@ class Waiting:
     seq: int
     ahead: tuple[int, ...]
     upper: int
+    own: int | None
     moved_at: float
     patience_s: float
     poll_s: float
@@ -101,7 +104,7 @@ class Waiting:
         if self.seq == self.upper:
             return True
         near = self.seq - self.upper <= CANDIDATE_SPAN
-        return near and not any(self.upper <= p < self.seq for p in self.ahead)
+        return near and not any(self.upper <= p < self.seq and p != self.own for p in self.ahead)
 
     def listed(self, present: list[int]) -> bool:
         """Note the positions a LIST from the upper found; True if this writer is the head (or helps)."""
