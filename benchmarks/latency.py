@@ -180,10 +180,15 @@ def _round(
     replies = [worker.receive() for worker in busy_pool]
     ticks1 = _cpu_ticks()
     writes = [x for r in replies for x in r["writes"]]
-    counts: dict[str, Counter[str]] = {"store": Counter(), "origins": Counter(), "catalog": Counter()}
+    counts: dict[str, Counter[str]] = {
+        "store": Counter(),
+        "origins": Counter(),
+        "catalog": Counter(),
+        "wall_ms": Counter(),
+    }
     for r in replies:
         for key, counter in counts.items():
-            counter.update(r["counts"][key])
+            counter.update(r["counts"].get(key, {}))
     commits = _commits(target, table, seed_snapshot)
     exact, detail = _verify(target, table, writes, seed)
     landed = [x for x in writes if x["ok"]]
@@ -208,6 +213,7 @@ def _round(
         "cas_per_commit": ratio(counts["catalog"]["CAS attempts"], len(commits)),
         "per_write": {k: v / n for k, v in (counts["store"] + counts["catalog"]).items()},
         "origins": {k: v / n for k, v in counts["origins"].most_common()},
+        "request_wall_ms": {k: ratio(v, counts["store"][k]) for k, v in counts["wall_ms"].items()},
         "cpu_ms_per_write": 1000 * sum(r["cpu_s"] for r in replies) / n,
         "machine_busy": ratio(ticks1[0] - ticks0[0], ticks1[1] - ticks0[1]),
         "loadavg": [load0, os.getloadavg()[0]],
@@ -260,6 +266,7 @@ def run(
     other_catalogs_at: int | None = None,
     ablations: Sequence[Sequence[str]] = (),
     baseline_code: str | None = None,
+    catalogs: Sequence[str] | None = None,
     workdir: str | None = None,
     log: Callable[[str], None] = print,
 ) -> SuiteResult:
@@ -279,17 +286,17 @@ def run(
     with tempfile.TemporaryDirectory(prefix="fencedlake-bench-latency-", dir=_scratch(workdir)) as tmp:
         result.data["params"]["scratch"] = "tmpfs" if tmp.startswith("/dev/shm") else "disk"
         at = other_catalogs_at or max(writers)
-        targets = _targets(Path(tmp))
+        targets = {k: v for k, v in _targets(Path(tmp)).items() if catalogs is None or k in catalogs}
         variants: dict[str, tuple[tuple[str, ...], Path | None]] = {"all": ((), None)}
         if baseline_code:
             variants["before"] = ((), Path(baseline_code))
         variants.update({"-".join(a): (tuple(a), None) for a in ablations})
         plan: list[tuple[str, str, int]] = []
-        for i, w in enumerate(writers):
+        for i, w in enumerate(writers if "sqlite" in targets else ()):
             both = [v for v in ("all", "before") if v in variants]
             plan += [("sqlite", v, w) for v in (both if i % 2 == 0 else both[::-1])]
         plan += [(label, v, at) for label in targets if label != "sqlite" for v in variants if v in ("all", "before")]
-        plan += [("sqlite", v, max(writers)) for v in variants if v not in ("all", "before")]
+        plan += [("sqlite", v, max(writers)) for v in variants if v not in ("all", "before") and "sqlite" in targets]
         pools: dict[str, list[_Worker]] = {}
         try:
             for v, (ablate, code) in variants.items():
@@ -313,11 +320,14 @@ def run(
 
 def _summary(r: dict[str, Any]) -> str:
     """One progress line of a round."""
+    wall = r["request_wall_ms"]
     return (
         f"{r['writes_per_s']:.1f} writes/s, p50 {r['p50_s']:.2f} s p99 {r['p99_s']:.2f} s, "
         f"group {r['group_factor']:.1f}, {r['catalog_commits_per_s']:.2f} commits/s, "
         f"CAS/commit {r['cas_per_commit']:.2f}, per write {_fmt_counts(r['per_write'])}, "
-        f"CPU {r['cpu_ms_per_write']:.0f} ms/write, busy {r['machine_busy']:.0%}, {r['exact_detail']}"
+        f"CPU {r['cpu_ms_per_write']:.0f} ms/write, busy {r['machine_busy']:.0%}, "
+        f"wall LIST {wall.get('LIST', float('nan')):.0f} ms PUT {wall.get('PUT', float('nan')):.0f} ms, "
+        f"{r['exact_detail']}"
     )
 
 
@@ -447,7 +457,9 @@ def main(argv: list[str] | None = None) -> int:
         metavar="DIR",
         help="a checkout of an earlier version: its package runs as the 'before' variant, interleaved",
     )
+    p.add_argument("--catalogs", help="comma-separated subset of sqlite,postgres,rest to run [every one configured]")
     p.add_argument("--json", help="write the suite result here")
+    p.add_argument("--plot-dir", help="draw bench-latency.png (writes/s and p99 vs W) here")
     p.add_argument("--workdir", help="scratch directory [/dev/shm when present]")
     args = p.parse_args(argv)
     res = run(
@@ -462,11 +474,18 @@ def main(argv: list[str] | None = None) -> int:
         other_catalogs_at=args.other_catalogs_at,
         ablations=[a.split(",") for a in args.ablate],
         baseline_code=args.baseline_code,
+        catalogs=args.catalogs.split(",") if args.catalogs else None,
         workdir=args.workdir,
     )
     print(res.markdown())
     if args.json:
         Path(args.json).write_text(json.dumps(res.to_json(), indent=1, default=str))
+    if args.plot_dir:
+        from benchmarks.plot import plot_all
+
+        caption = f"{os.cpu_count()} CPUs shared, load average {os.getloadavg()[0]:.0f} at the end"
+        for chart in plot_all({"latency": res}, Path(args.plot_dir), caption):
+            print(f"wrote {chart}")
     return 0
 
 

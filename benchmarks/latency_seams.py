@@ -4,11 +4,11 @@ Three seams, each the one place the sink reaches the service it stands for;
 nothing in the package changes:
 
 * **The control store** (the WAL, the run registry, checkpoints): the store a
-  ``file://`` control root resolves to is looked up in
-  ``store.registry.SCHEMES`` every time a table is opened, so
-  :func:`install_store` replaces that row's factory in the worker process with
-  one that wraps the real :class:`~pyspark_fenced_sink.store.local.LocalStore`
-  in a :class:`SlowStore`. Every request sleeps half its latency before the
+  control root resolves to is looked up in ``store.registry.SCHEMES`` every
+  time a table is opened, so :func:`install_store` replaces each row's factory
+  in the worker process with one that wraps the real store (``LocalStore`` for
+  the embedded warehouse, ``S3Store`` for the REST test catalog's) in a
+  :class:`SlowStore`. Every request sleeps half its latency before the
   real operation and half after (the store decides in the middle of a round
   trip, as a server does), and is counted by kind and by the protocol function
   that made it (the first caller frame inside the package).
@@ -69,6 +69,9 @@ class Meter:
     store: Counter[str] = field(default_factory=Counter)
     origins: Counter[str] = field(default_factory=Counter)
     catalog: Counter[str] = field(default_factory=Counter)
+    #: Wall milliseconds of the store requests by kind: the injected round trip plus the time the
+    #: calling thread waited for a CPU (what a claim's LIST -> PUT window really is on a busy host).
+    wall_ms: Counter[str] = field(default_factory=Counter)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def count_store(self, kind: str) -> None:
@@ -77,6 +80,10 @@ class Meter:
             self.store[kind] += 1
             self.origins[f"{kind} {where}"] += 1
 
+    def took(self, kind: str, seconds: float) -> None:
+        with self.lock:
+            self.wall_ms[kind] += int(seconds * 1000)
+
     def count_catalog(self, kind: str) -> None:
         with self.lock:
             self.catalog[kind] += 1
@@ -84,10 +91,14 @@ class Meter:
     def take(self) -> dict[str, dict[str, int]]:
         """The counts so far, as plain dicts; the meter starts again from zero."""
         with self.lock:
-            out = {"store": dict(self.store), "origins": dict(self.origins), "catalog": dict(self.catalog)}
-            self.store.clear()
-            self.origins.clear()
-            self.catalog.clear()
+            out = {
+                "store": dict(self.store),
+                "origins": dict(self.origins),
+                "catalog": dict(self.catalog),
+                "wall_ms": dict(self.wall_ms),
+            }
+            for counter in (self.store, self.origins, self.catalog, self.wall_ms):
+                counter.clear()
         return out
 
 
@@ -100,19 +111,17 @@ def _name(frame: Any) -> str:
 def origin() -> str:
     """The package function that made this request, and its caller when that is the WAL's own layer.
 
-    ``protocol.commit._read_pending > protocol.wal.read``: the innermost frame of the package outside
-    ``store/``, prefixed by the next package frame out when it is in ``protocol/wal.py``.
+    ``protocol.commit._drive > protocol.wal._claim``: the innermost frame of the package outside
+    ``store/``, prefixed by the first package frame out of ``protocol/wal.py`` when it is in there.
     """
     frame: Any = sys._getframe(2)
     inner: str | None = None
     while frame is not None:
         path = frame.f_code.co_filename
         if _PACKAGE in path and not any(s in path for s in _SKIP):
-            if inner is not None:
-                return f"{_name(frame)} > {inner}"
             if not path.endswith("wal.py"):
-                return _name(frame)
-            inner = _name(frame)
+                return f"{_name(frame)} > {inner}" if inner is not None else _name(frame)
+            inner = inner or _name(frame)
         frame = frame.f_back
     return inner or "other"
 
@@ -131,11 +140,13 @@ class SlowStore:
     def _call(self, kind: str, fn: Callable[..., Any], *args: Any) -> Any:
         self.meter.count_store(kind)
         rtt = self.latency.draw(self.latency.store_s)
+        t0 = time.monotonic()
         time.sleep(rtt / 2)
         try:
             return fn(*args)
         finally:
             time.sleep(rtt / 2)
+            self.meter.took(kind, time.monotonic() - t0)
 
     def get(self, key: str) -> bytes | None:
         return self._call("GET", self.inner.get, key)  # type: ignore[no-any-return]
@@ -151,18 +162,19 @@ class SlowStore:
 
 
 def install_store(latency: Latency, meter: Meter) -> None:
-    """Make every ``file://`` control store of this process a :class:`SlowStore` (``SCHEMES`` row)."""
+    """Make every control store of this process a :class:`SlowStore` (each ``SCHEMES`` row's factory)."""
     from dataclasses import replace
 
     from pyspark_fenced_sink.store import registry
 
-    row = registry.SCHEMES["file"]
-    real = row.store
+    def slowed(real: Callable[[str, Mapping[str, str]], Any]) -> Callable[[str, Mapping[str, str]], Any]:
+        def slow(root: str, io_properties: Mapping[str, str]) -> Any:
+            return SlowStore(real(root, io_properties), latency, meter)
 
-    def slow(root: str, io_properties: Mapping[str, str]) -> Any:
-        return SlowStore(real(root, io_properties), latency, meter)
+        return slow
 
-    registry.SCHEMES["file"] = replace(row, store=slow)
+    for scheme, row in list(registry.SCHEMES.items()):
+        registry.SCHEMES[scheme] = replace(row, store=slowed(row.store))
 
 
 def install_catalog(catalog: Any, latency: Latency, meter: Meter) -> None:
