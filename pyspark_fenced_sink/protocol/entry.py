@@ -154,6 +154,10 @@ class WalEntry:
             None is main.
         properties: Snapshot properties for the commit that applies the entry, as sorted (key, value) pairs.
         inputs: ``COMPACT``: the paths of the data files the entry's files replace, sorted.
+        floor: The first position its writer could have claimed (one past the tail it listed) when
+            that is below the entry's own: the positions in between that no object fills were
+            jumped over and are *holes*, which a commit voids (PROTOCOL.md §3 step 3). None: the
+            entry took the first free position.
     """
 
     kind: EntryKind
@@ -180,6 +184,7 @@ class WalEntry:
     branch: str | None = None
     properties: tuple[tuple[str, str], ...] = ()
     inputs: tuple[str, ...] = ()
+    floor: int | None = None
 
     def __post_init__(self) -> None:
         # Callers may pass the enums' string values (``mode="overwrite"``); store the enums.
@@ -238,6 +243,7 @@ def encode_entry(entry: WalEntry) -> bytes:
         "branch": entry.branch,
         "props": dict(entry.properties) or None,
         "inputs": list(entry.inputs) or None,
+        "floor": entry.floor,
     }
     body.update({k: v for k, v in optional.items() if v is not None})
     return dumps(body).encode()
@@ -277,6 +283,7 @@ def decode_entry(data: bytes, key: str = "?") -> WalEntry:
             branch=field(body, "branch", "a branch name", is_text),
             properties=str_pairs(body, "props"),
             inputs=text_list(body, "inputs"),
+            floor=field(body, "floor", "a WAL position", is_count),
         )
         _check_kind(entry)
         return entry
