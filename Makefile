@@ -46,6 +46,7 @@ lint: bootstrap
 	$(VENV)/bin/mypy
 
 services-stop:
+	-integration/services/iceberg_rest.sh stop
 	-integration/services/rest.sh stop
 	-integration/services/gcs.sh stop
 	-integration/services/azurite.sh stop

@@ -4,10 +4,12 @@
 #   integration/run.sh [pytest args...]        e.g. integration/run.sh integration/test_services.py -x
 #
 # FENCEDLAKE_IT_TARGET=local (default): bootstraps the venv, starts PostgreSQL, the S3
-#   server, Azurite (Azure Blob), fake-gcs-server (GCS) and the Iceberg REST test catalog on
+#   server, Azurite (Azure Blob), fake-gcs-server (GCS), the Iceberg REST test catalog and
+#   Apache Iceberg's own REST fixture (a JVM; jars from integration/jvm/fetch.sh, cached) on
 #   127.0.0.1 (integration/services/*.sh), exports their connection settings, runs pytest,
 #   and stops every service on any exit (success, failure or Ctrl-C). Ports: FENCEDLAKE_IT_
-#   PG_PORT (54329), S3_PORT (54330), REST_PORT (54331), AZURE_PORT (54332), GCS_PORT (54333).
+#   PG_PORT (54329), S3_PORT (54330), REST_PORT (54331), AZURE_PORT (54332), GCS_PORT (54333),
+#   ICEBERG_REST_PORT (54334).
 #   FENCEDLAKE_IT_KEEP_SERVICES=1 leaves them running for a faster next run.
 # FENCEDLAKE_IT_TARGET=docker: starts nothing; expects FENCEDLAKE_IT_PG_URI,
 #   FENCEDLAKE_IT_S3_ENDPOINT, FENCEDLAKE_IT_S3_BUCKET and AWS_* from the environment
@@ -49,6 +51,7 @@ local)
             log "FENCEDLAKE_IT_KEEP_SERVICES=1: leaving services running"
         else
             log "stopping services"
+            integration/services/iceberg_rest.sh stop || true
             integration/services/rest.sh stop || true
             integration/services/gcs.sh stop || true
             integration/services/azurite.sh stop || true
@@ -69,6 +72,7 @@ local)
     pw_enc="$("$PY" -c 'import os, urllib.parse; print(urllib.parse.quote(os.environ["FENCEDLAKE_IT_PG_PASSWORD"], safe=""))')"
     export FENCEDLAKE_IT_PG_URI="postgresql+psycopg2://$PG_USER:$pw_enc@127.0.0.1:$PG_PORT/$PG_DB"
     integration/services/rest.sh start
+    integration/services/iceberg_rest.sh start
     log "services up in $((SECONDS - t0)) s"
 
     export FENCEDLAKE_IT_S3_ENDPOINT="http://127.0.0.1:$S3_PORT"
@@ -78,6 +82,7 @@ local)
     export FENCEDLAKE_IT_GCS_BUCKET="${FENCEDLAKE_IT_GCS_BUCKET:-fencedlake}"
     export FENCEDLAKE_IT_REST_URI="http://127.0.0.1:${FENCEDLAKE_IT_REST_PORT:-54331}"
     # Test-only OAuth2 client of the REST test server (rest.sh uses the same defaults).
+    export FENCEDLAKE_IT_ICEBERG_REST_URI="http://127.0.0.1:${FENCEDLAKE_IT_ICEBERG_REST_PORT:-54334}"
     export FENCEDLAKE_IT_REST_CREDENTIAL="${FENCEDLAKE_IT_REST_CLIENT_ID:-fencedlake}:${FENCEDLAKE_IT_REST_CLIENT_SECRET:-fencedlake-it-only}"
     # Google clients must never look for a GCE metadata server (a link-local address): the GCS
     # emulator takes any token, and these keep google-auth and gcsfs on loopback.
