@@ -17,7 +17,9 @@
 # Maven start-up): a second call takes milliseconds. Concurrent calls serialize on a lock file.
 #
 # Env: FENCEDLAKE_JVM_CACHE (default .jvm in the checkout), MVN (default mvn), FENCEDLAKE_JVM_OFFLINE=1
-#      (mvn -o: only the local Maven repository). Needs Maven 3.6+ and a JDK 17 (javac for `rest`).
+#      (mvn -o: only the local Maven repository). Needs Maven 3.6+ and a JDK 17 (javac for `rest`): on a
+#      Debian machine without them it installs `maven` / `openjdk-17-jdk-headless` with apt-get (as root
+#      or through sudo), as integration/services/postgres.sh does for PostgreSQL.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -41,6 +43,20 @@ maven_properties() {
         case "$key" in spark.minor | scala.binary) ;; *) key="$key.version" ;; esac
         printf -- '-D%s=%s\n' "$key" "$value"
     done <"$HERE/versions.env"
+}
+
+ensure_tool() {  # ensure_tool COMMAND DEBIAN_PACKAGE
+    command -v "$1" >/dev/null 2>&1 && return 0
+    command -v apt-get >/dev/null 2>&1 || die "'$1' not found and no apt-get: install $2 (Maven 3.6+, a JDK 17)"
+    local sudo=()
+    if [ "$(id -u)" -ne 0 ]; then
+        command -v sudo >/dev/null 2>&1 || die "'$1' not found and not root: install the '$2' package"
+        sudo=(sudo)
+    fi
+    log "'$1' not found: installing $2 from Debian (apt-get update + install)"
+    "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -q >&2
+    "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "$2" >&2
+    command -v "$1" >/dev/null 2>&1 || die "installed $2 but '$1' is still not on PATH"
 }
 
 stamp_of() {  # stamp_of SET -> hash of everything the set is made from
@@ -67,7 +83,8 @@ fetch_set() {
     if is_current "$set"; then
         return 0
     fi
-    command -v "$MVN" >/dev/null 2>&1 || die "Maven ('$MVN') not found: apt-get install maven (needs a JDK 17)"
+    [ "$MVN" = mvn ] && ensure_tool mvn maven
+    command -v "$MVN" >/dev/null 2>&1 || die "Maven ('$MVN') not found"
     local t0=$SECONDS
     local args=(-B -q -Dstyle.color=never -Dmaven.repo.local="$CACHE/m2" -f "$pom")
     [ "${FENCEDLAKE_JVM_OFFLINE:-0}" = 1 ] && args+=(-o)
@@ -79,7 +96,7 @@ fetch_set() {
     "$MVN" "${args[@]}" "${props[@]}" "${extra[@]}" "$PLUGIN:build-classpath" -Dmdep.outputFile="$tmp" >&2 \
         || die "mvn could not resolve set '$set' (is Maven Central reachable? see the output above)"
     if [ "$set" = rest ]; then
-        command -v javac >/dev/null 2>&1 || die "javac not found: the REST fixture's launcher needs a JDK 17"
+        ensure_tool javac openjdk-17-jdk-headless
         rm -rf "$CACHE/rest-launcher"
         javac -nowarn -d "$CACHE/rest-launcher" -cp "$(cat "$tmp")" "$HERE/LoopbackRESTCatalogServer.java" >&2 \
             || die "javac failed on LoopbackRESTCatalogServer.java"
