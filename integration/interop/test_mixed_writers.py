@@ -230,7 +230,7 @@ def test_icebergs_writers_and_fencedlake_on_one_table_keep_fencedlakes_promises(
 def _assert_nothing_pending(cat: Catalog, table: str) -> None:
     """The fencedlake state survived Iceberg's commits and every WAL entry is decided (I2, I5)."""
     from pyspark_fenced_sink.iceberg.catalogs import open_table
-    from pyspark_fenced_sink.options import catalog_config
+    from pyspark_fenced_sink.options.catalog import catalog_config
     from pyspark_fenced_sink.testing.invariants import pending_after_recover
 
     opened = open_table(catalog_config(cat.name, cat.pyiceberg), table)

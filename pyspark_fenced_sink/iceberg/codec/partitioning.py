@@ -1,23 +1,9 @@
-"""The ``partition-by`` option: text <-> Iceberg partition spec (driver side).
+"""The ``partition-by`` option: text <-> Iceberg partition spec (PROTOCOL.md step 0; driver and executors).
 
-Used when fencedlake creates a table (PROTOCOL.md step 1) and to compare an
-existing table's spec with the option. The grammar is Spark SQL's
-``PARTITIONED BY`` list::
-
-    day(ts), bucket(16, user_id), truncate(4, code), region, void(legacy)
-
-* a bare column is ``identity``; nested columns are dotted paths (``a.b``),
-  and a name segment with other characters is back-quoted (```my col`.x``);
-* ``year``, ``month``, ``day``, ``hour`` (also ``years`` ... ``hours``),
-  ``bucket(N, col)``, ``truncate(W, col)`` (the column may also come first),
-  ``identity(col)`` and ``void(col)``.
-
-Partition field names follow Iceberg Java's ``PartitionSpec.Builder`` (and
-so Spark DDL): ``ts_year``, ``ts_month``, ``ts_day``, ``ts_hour``,
-``user_id_bucket``, ``code_trunc``, ``col_null`` and, for identity, the
-column's name. (pyiceberg's ``UpdateSpec`` appends the argument instead, e.g.
-``user_id_bucket_16``; table-creating engines mostly use Java's names.)
-Partition field ids start at 1000, the spec id is 0.
+The grammar is Spark SQL's ``PARTITIONED BY`` list (``day(ts), bucket(16, user_id),
+truncate(4, code), region``); partition field names follow Iceberg Java's
+(``ts_day``, ``user_id_bucket``, ...). :func:`column_index` maps field ids to
+Arrow column paths for the executors' partition split.
 """
 
 from __future__ import annotations
@@ -44,7 +30,7 @@ from pyiceberg.transforms import (
 from pyiceberg.types import IcebergType, ListType, MapType, NestedField, StructType
 
 from pyspark_fenced_sink.errors import InvalidOptionsError
-from pyspark_fenced_sink.options import PARTITION_BY
+from pyspark_fenced_sink.options.write import PARTITION_BY
 
 __all__ = ["ColumnRef", "column_index", "parse_partition_by", "same_partitioning", "spec_to_text"]
 

@@ -1,25 +1,10 @@
-"""Manifest maintenance of append commits (PROTOCOL.md §5.3; driver).
+"""Manifest merging inside append commits (PROTOCOL.md §5.3; driver).
 
-Every append commit writes one new manifest. Without maintenance a table
-written by a streaming query has one manifest per commit: each commit then
-rewrites a manifest list that names them all, and every scan plan opens them
-all. :func:`append_producer` picks the snapshot producer of an append commit:
-pyiceberg's merge append when manifest merging is on, which folds the new
-manifest and the small ones before it into one once there are
-``commit.manifest.min-count-to-merge`` of them (bins of at most
-``commit.manifest.target-size-bytes``); else a fast append.
-
-Iceberg's table properties are honoured, with one default of fencedlake's
-own: ``commit.manifest-merge.enabled`` is **on** when the table does not say
-(Iceberg Java's default; pyiceberg's is off). The merge happens inside the
-one catalog commit, on the commit's base: it changes which manifests list the
-live files, never which files are live, the snapshot summary or the
-committed state (PROTOCOL.md §5.3 says why that keeps I1 and I2).
-
-A malformed value fails a write at planning (:func:`merge_settings` with
-``strict``, called by ``write_properties.validate_write_properties``); one
-that appears between planning and the commit is logged and the commit falls
-back to a fast append: a maintenance setting never fails a commit.
+:func:`append_producer` picks pyiceberg's merge append when
+``commit.manifest-merge.enabled`` (fencedlake's default: on, as Iceberg Java's),
+else a fast append. :func:`merge_settings` reads the manifest properties; with
+``strict`` (at planning) a malformed value fails the write, otherwise it is
+logged and the commit appends without merging.
 """
 
 from __future__ import annotations

@@ -1,33 +1,10 @@
-"""Streaming read planning: offsets over the main branch's snapshot lineage (driver; PROTOCOL.md §14.1).
+"""Streaming read planning: offsets over the main branch's snapshot lineage (PROTOCOL.md §14.1; driver).
 
-An offset names a point between two data files of the lineage: ``(snapshot_id,
-position)`` = every row of the snapshots before ``snapshot_id`` that the stream
-reads, plus the first ``position`` files of ``snapshot_id``'s own list, has
-been emitted. A snapshot's list is the data files it added, sorted by path
-(an ``append`` snapshot), or, for the stream's first snapshot when it is read
-whole (``scan_all``), every live data file, sorted by path, with its delete
-files. Both lists are fixed once the snapshot is committed, so the files
-between two offsets are the same on every replay: the reader's half of
-exactly once (Spark's checkpoint keeps the offsets, the sink keeps the rest).
-``complete`` marks an offset at the end of its snapshot, and ``sequence`` is
-that snapshot's sequence number, so a fully read snapshot may expire without
-stopping the stream: its children are found by their parent id, or, where
-expiry cut that link (pyiceberg's does), by a sequence number that leaves no
-room for a lost commit; anything else is refused, never skipped.
-
-Where a stream starts (:data:`START`, resolved against the lineage of the
-batch's end so a replay finds the same snapshot): after ``start-snapshot-id``;
-at the oldest ancestor created at or after ``stream-from-timestamp``; else at
-the oldest ancestor, read whole (with full history that is exactly what it
-added; after older snapshots expired it is every row still live, so nothing is
-lost).
-
-Snapshot operations: ``append`` is read; ``replace`` (compaction) is skipped;
-``overwrite`` and ``delete`` fail the query with
-:class:`~pyspark_fenced_sink.errors.ReadRefusedError` unless
-``streaming-skip-overwrite-snapshots`` / ``streaming-skip-delete-snapshots``
-say to skip them (Iceberg's rule); every row before such a snapshot is
-delivered first.
+An offset ``(snapshot_id, position)`` says every row of the snapshots before it,
+plus the first ``position`` files of its own list, was emitted; lists are fixed
+once a snapshot commits, so every replay plans the same files. Where a stream
+starts (:data:`START`), which snapshot operations are read, skipped or refused,
+and how a fully read snapshot may expire are PROTOCOL.md §14.1's table.
 """
 
 from __future__ import annotations
@@ -43,8 +20,8 @@ from pyiceberg.table import FileScanTask
 from pyiceberg.table.snapshots import Operation, Snapshot
 
 from pyspark_fenced_sink.errors import InvalidOptionsError, ReadRefusedError
-from pyspark_fenced_sink.iceberg.scan import ReadPoint, plan_files
-from pyspark_fenced_sink.options import (
+from pyspark_fenced_sink.iceberg.planning.scan import ReadPoint, plan_files
+from pyspark_fenced_sink.options.read import (
     START_SNAPSHOT_ID,
     STREAMING_SKIP_DELETE,
     STREAMING_SKIP_OVERWRITE,

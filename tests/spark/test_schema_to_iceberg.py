@@ -1,4 +1,4 @@
-"""Tests for pyspark_fenced_sink.iceberg.schema: Spark -> Iceberg conversion and write checks."""
+"""Tests for pyspark_fenced_sink.spark.schema_to_iceberg: Spark -> Iceberg conversion and write checks."""
 
 from __future__ import annotations
 
@@ -29,13 +29,8 @@ from pyiceberg.types import (
 from pyspark.sql import types as T  # noqa: N812 - the usual pyspark idiom
 
 from pyspark_fenced_sink.errors import InvalidOptionsError, SchemaMismatchError
-from pyspark_fenced_sink.iceberg.schema import (
-    SchemaAddition,
-    SchemaPlan,
-    apply_additions,
-    check_write_schema,
-    iceberg_schema_from_spark,
-)
+from pyspark_fenced_sink.spark.schema_to_iceberg import check_write_schema, iceberg_schema_from_spark
+from pyspark_fenced_sink.write.schema_plan import SchemaAddition, SchemaPlan, apply_additions
 
 
 @contextmanager

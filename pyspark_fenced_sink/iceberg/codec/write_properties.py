@@ -17,7 +17,6 @@ from pyiceberg.table import TableProperties
 from pyiceberg.utils.properties import property_as_int
 
 from pyspark_fenced_sink.errors import InvalidOptionsError
-from pyspark_fenced_sink.iceberg.manifests import merge_settings
 
 _CODECS = {"zstd", "snappy", "gzip", "brotli", "lz4", "none"}
 
@@ -38,18 +37,18 @@ def size_property(props: Mapping[str, str], key: str, default: int) -> int:
     return default if value is None else value
 
 
-def validate_write_properties(props: Mapping[str, str]) -> None:
+def check_write_properties(props: Mapping[str, str]) -> None:
     """Raise :class:`InvalidOptionsError` for any write property the executors would reject.
 
-    The driver calls this before it creates a table or launches a task, so a bad
-    ``table.<prop>`` option fails the write with nothing created and nothing written.
+    The driver calls this (``iceberg.catalogs.validate_table_properties``) before it creates a
+    table or launches a task, so a bad ``table.<prop>`` option fails the write with nothing
+    created and nothing written.
     """
     parquet_kwargs(props)
     tp = TableProperties
     size_property(props, tp.PARQUET_ROW_GROUP_LIMIT, tp.PARQUET_ROW_GROUP_LIMIT_DEFAULT)
     size_property(props, tp.PARQUET_ROW_GROUP_SIZE_BYTES, tp.PARQUET_ROW_GROUP_SIZE_BYTES_DEFAULT)
     size_property(props, tp.WRITE_TARGET_FILE_SIZE_BYTES, tp.WRITE_TARGET_FILE_SIZE_BYTES_DEFAULT)
-    merge_settings(props, strict=True)  # commit.manifest-*: checked here, honoured at commit (iceberg.manifests)
 
 
 def parquet_kwargs(props: Mapping[str, str]) -> dict[str, Any]:

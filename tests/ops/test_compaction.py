@@ -30,11 +30,6 @@ TABLE = "db.events"
 SCHEMA = StructType([StructField("id", LongType()), StructField("day", StringType())])
 
 
-@pytest.fixture
-def wh(tmp_path: Path) -> str:
-    return str(tmp_path / "wh")
-
-
 def append(wh: str, ids: range, day: str, **options: str) -> Any:
     data = pa.table({"id": pa.array(list(ids), pa.int64()), "day": [day] * len(ids)})
     return sink_write(wh, TABLE, data, options, schema=SCHEMA, partition_by="day", tasks=1)
@@ -252,8 +247,8 @@ def test_a_sorted_table_is_rewritten_in_its_sort_order(wh: str) -> None:
 
 def test_a_stream_reading_the_table_skips_the_compaction_and_delivers_each_row_once(wh: str) -> None:
     """A stream that read the small files sees no new rows from the 'replace' snapshot, then the next append."""
-    from pyspark_fenced_sink.iceberg.incremental import START, StreamLimits, StreamPlanner
-    from pyspark_fenced_sink.iceberg.scan import open_read_table
+    from pyspark_fenced_sink.iceberg.planning.incremental import START, StreamLimits, StreamPlanner
+    from pyspark_fenced_sink.iceberg.planning.scan import open_read_table
     from tests.read.tables import read_options
 
     small_files(wh, per_day=3)

@@ -1,23 +1,10 @@
 """The ``replace-where`` row filter over pyiceberg expressions (PROTOCOL.md §5.1; driver and executors).
 
-A filter is Iceberg's expression syntax (``pyiceberg.expressions.parser``):
-``ts >= '2026-01-01' AND region = 'eu'``, ``id BETWEEN 1 AND 9``,
-``code IN ('a', 'b')``, ``note IS NULL``. Column names bind case-insensitively,
-as Spark SQL resolves them. A timestamp literal may be a date alone (midnight),
-leave out the seconds or use a space instead of ``T``; a ``timestamptz`` literal
-without an offset is UTC.
-
-* :func:`bind_row_filter` — parse, normalize and bind on the driver; any
-  problem is an ``InvalidOptionsError`` before anything runs.
-* :func:`row_violations` — executors: the rows of an Arrow batch that do not
-  satisfy the filter (false or null), with pyiceberg's own complement (the one
-  its copy-on-write delete keeps rows with).
-* :func:`file_matcher` — the catalog side: where a data file stands against
-  the filter (``Match.ALL`` / ``NONE`` / ``SOME``), from the strict and
-  inclusive projections of the filter onto the file's partition spec and the
-  strict and inclusive metrics evaluators on its column statistics.
-
-No catalog code here: executors import it.
+:func:`bind_row_filter` parses and binds on the driver (Iceberg's syntax, names
+case-insensitive, lenient timestamp literals); :func:`row_violations` finds the
+rows of an Arrow batch that do not satisfy it (executors); :func:`file_matcher`
+places a data file against it (all / none / some rows) from partition
+projections and column metrics. No catalog code: executors import it.
 """
 
 from __future__ import annotations

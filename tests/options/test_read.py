@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from pyspark_fenced_sink.errors import InvalidOptionsError
-from pyspark_fenced_sink.options import WAREHOUSE_ENV, CatalogConfig, ReadOptions, parse_read_options
+from pyspark_fenced_sink.options.catalog import WAREHOUSE_ENV, CatalogConfig
+from pyspark_fenced_sink.options.read import ReadOptions, parse_read_options
 
 
 @pytest.fixture(autouse=True)

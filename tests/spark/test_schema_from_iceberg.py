@@ -24,12 +24,12 @@ from pyiceberg.types import (
 from pyspark.sql import types as T  # noqa: N812 - the usual pyspark idiom
 
 from pyspark_fenced_sink.errors import InvalidOptionsError, ReadRefusedError
-from pyspark_fenced_sink.iceberg.schema import iceberg_schema_from_spark
-from pyspark_fenced_sink.iceberg.spark_types import (
+from pyspark_fenced_sink.spark.schema_from_iceberg import (
     project_user_schema,
     spark_schema_from_iceberg,
     spark_type_from_iceberg,
 )
+from pyspark_fenced_sink.spark.schema_to_iceberg import iceberg_schema_from_spark
 
 #: The writer's type table (README "Schemas"), nested to depth, every nullability.
 WRITER_TYPES = T.StructType(

@@ -1,18 +1,10 @@
-"""Batch read planning over pyiceberg (driver; PROTOCOL.md §14).
+"""Batch read planning: snapshot, schema, files, splits (PROTOCOL.md §14; driver).
 
-* :func:`open_read_table` — one catalog read of the table (the writer's catalog options).
-* :func:`resolve_point` — which snapshot and schema a read sees: the main branch's current
-  snapshot, or ``snapshot-id`` / ``as-of-timestamp`` / ``branch`` / ``tag`` (time travel; the
-  snapshot's own schema, the table's schema for a branch, as Iceberg's Spark reader does).
-* :func:`plan_files` — pyiceberg's planning with a row filter: manifests and data files skipped
-  by partition values and column statistics, positional delete files attached to the data files
-  they apply to; equality deletes refused (pyiceberg 0.12 cannot apply them).
-* :func:`plan_incremental` — ``start-snapshot-id`` / ``end-snapshot-id``: the files appended
-  between two snapshots.
-* :func:`pack` — data files spread over ``ceil(total / split-size)`` input splits of even
-  weight (Iceberg's ``read.split.*`` properties size them; a file is never cut: one file, one task).
-* :func:`executor_task` / :func:`executor_metadata` — what executors need, without the column
-  statistics and snapshot history that only planning uses.
+:func:`resolve_point` picks the snapshot and schema a read sees (time travel by
+id, timestamp, branch or tag); :func:`plan_files` plans its data files with
+pyiceberg (equality deletes refused by name); :func:`pack` packs them into
+splits of about ``split-size`` bytes; :func:`executor_task` and
+:func:`executor_metadata` slim what is pickled to executors.
 """
 
 from __future__ import annotations
@@ -32,7 +24,7 @@ from pyiceberg.table.refs import SnapshotRefType
 from pyiceberg.table.snapshots import Snapshot
 
 from pyspark_fenced_sink.errors import InvalidOptionsError, ReadRefusedError
-from pyspark_fenced_sink.options import ReadOptions
+from pyspark_fenced_sink.options.read import ReadOptions
 
 __all__ = [
     "ReadPoint",

@@ -1,28 +1,10 @@
-"""Spark's pushed filters -> one Iceberg expression for file pruning and Arrow row filtering (driver; PROTOCOL.md §14).
+"""Spark's pushed filters -> one Iceberg expression for pruning and row filtering (PROTOCOL.md §14; driver).
 
-Spark (>= 4.1, with ``spark.sql.python.filterPushdown.enabled``) hands a
-Python source the conjuncts of a query's filter as ``pyspark.sql.datasource``
-``Filter`` objects. :func:`to_iceberg` turns the ones it can into one
-pyiceberg expression (their AND); pyiceberg uses it to skip manifests and data
-files by partition values and column statistics, and the executors use it to
-drop rows while decoding. Spark is still told that every filter remains to be
-evaluated, so it applies each one again, exactly, after the scan: the
-expression only ever has to keep **at least** the rows Spark keeps.
-
-A filter is translated only where Spark's and Iceberg's semantics agree on
-every non-null value and on nulls (three-valued logic), so that ``NOT`` of a
-translation is safe as well:
-
-* comparisons, ``=``, ``IN`` (without a null in the list), ``IS [NOT] NULL``,
-  ``LIKE 'abc%'`` (starts-with), and ``NOT`` of each, on ``boolean``, ``int``,
-  ``long``, ``decimal``, ``string``, ``binary``, ``date``, ``timestamp`` and
-  ``timestamp_ntz`` columns, top level or inside structs;
-* ``a <=> v`` as ``a IS NOT NULL AND a = v`` (``a <=> NULL``: ``a IS NULL``).
-
-Left to Spark alone: ``float``/``double`` columns (Spark orders NaN above every
-number and equates NaN with NaN; Iceberg and Arrow do not), ``LIKE '%x'`` and
-``LIKE '%x%'``, columns inside lists or maps, names containing a dot, and
-values whose type does not match the column's.
+:func:`to_iceberg` translates the filters it can into an expression that keeps
+**at least** the rows Spark keeps (Spark applies every filter again): only where
+Spark's and Iceberg's semantics agree on every value and on nulls, so ``NOT`` of a
+translation is safe too. ``float``/``double`` columns (NaN orders differently),
+``LIKE '%x'``, columns inside lists or maps and dotted names are left to Spark.
 """
 
 from __future__ import annotations

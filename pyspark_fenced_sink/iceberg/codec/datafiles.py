@@ -1,22 +1,10 @@
-"""DataFile <-> compact JSON-able dict (executors and driver).
+"""DataFile <-> compact JSON-able dict (PROTOCOL.md steps 2-3; executors and driver).
 
-Executors describe each Parquet file they wrote as a pyiceberg ``DataFile``;
-the description travels to the driver in the task's commit message and is
-stored in the WAL entry (PROTOCOL.md steps 2-3), so it must be plain JSON,
-small, and decode to a DataFile equal field by field to the original.
-
-Layout (short keys; ``v`` is this codec's version)::
-
-    {"v": 1, "c": 0, "p": path, "f": "PARQUET", "s": spec_id,
-     "pt": [partition values: base64 of Iceberg single-value serialization, or null],
-     "n": record_count, "z": file_size_in_bytes,
-     "cs"/"vc"/"nc"/"nn": {"<field id>": int} or null   (column sizes, value, null, NaN counts),
-     "lb"/"ub": {"<field id>": base64} or null           (lower / upper bounds),
-     "so": [split offsets] or null, "o": sort_order_id, "km": base64 or null, "eq": [ids] or null}
-
-In memory a DataFile always uses pyiceberg's v2 field layout for v1 and v2
-tables (pyiceberg's manifest writers read entries through the v2 layout; a v1
-layout would shift every field) and the v3 layout for v3 tables.
+Executors describe each file they wrote as a pyiceberg ``DataFile``; the
+description travels in the task's message and the WAL entry, so it is plain,
+small JSON (short keys, base64 bounds and partition values) that decodes to a
+DataFile equal field by field. v1/v2 tables use pyiceberg's v2 field layout in
+memory, v3 tables the v3 layout.
 """
 
 from __future__ import annotations
@@ -33,7 +21,7 @@ from pyiceberg.typedef import Record, TableVersion
 from pyiceberg.types import PrimitiveType, StructType
 
 from pyspark_fenced_sink.errors import CorruptControlDataError
-from pyspark_fenced_sink.protocol.wal import FILE_PARTITION_KEY, FILE_PATH_KEY, FILE_SPEC_KEY
+from pyspark_fenced_sink.protocol.entry import FILE_PARTITION_KEY, FILE_PATH_KEY, FILE_SPEC_KEY
 
 __all__ = ["CODEC_VERSION", "data_file_layout_version", "decode_data_file", "encode_data_file", "encode_partition"]
 

@@ -1,24 +1,9 @@
 """One catalog commit's transaction on its target branch (PROTOCOL.md §5.1, step 5; driver).
 
-:class:`StagedCommit` wraps the pyiceberg transaction ``table_port`` builds a
-commit in, for the one branch the commit writes (``ReconcilePlan.branch``):
-
-* a branch that does not exist yet is created in the same commit from main's
-  head (on a table without snapshots, main first gets an empty snapshot to
-  fork from, so the branch can be published later);
-* a commit on a branch other than main moves the serial tag
-  (``state.SERIAL_REF``) to its new snapshot;
-* :meth:`requirements` asserts the base value of main's head, of the serial
-  tag and of every other ref the commit read (its branch; a publish's source
-  branch). Any two fencedlake commits from one base therefore conflict
-  whatever branches they write — main commits both move main, branch commits
-  both move the tag, a main commit fails on a moved tag and a branch commit on
-  a moved main — so the committed state stays one per table (I2).
-
-pyiceberg keeps a single ``AssertRefSnapshotId`` per transaction and rejects
-any assertion on a ref other than main while a table has no snapshots, so the
-ref requirements are built here from the base metadata, not taken from the
-transaction.
+:class:`StagedCommit` creates a missing branch from main's head in the same
+commit, moves the serial tag on commits to other branches, and asserts main's
+head, the serial tag and every ref the commit read, so any two fencedlake
+commits from one base conflict whatever branches they write (I2).
 """
 
 from __future__ import annotations
@@ -34,9 +19,9 @@ from pyiceberg.table.snapshots import Snapshot
 from pyiceberg.table.update import AssertRefSnapshotId, TableRequirement
 from pyiceberg.table.update.snapshot import ManageSnapshots, UpdateSnapshot
 
+from pyspark_fenced_sink.protocol.entry import MAIN_BRANCH
 from pyspark_fenced_sink.protocol.replace import EntryRefused
 from pyspark_fenced_sink.protocol.state import SERIAL_REF
-from pyspark_fenced_sink.protocol.wal import MAIN_BRANCH
 
 __all__ = ["StagedCommit", "changes_data", "live_data_files", "snapshot_history"]
 

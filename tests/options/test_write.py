@@ -7,16 +7,16 @@ from pathlib import Path
 import pytest
 
 from pyspark_fenced_sink.errors import InvalidOptionsError
-from pyspark_fenced_sink.options import (
+from pyspark_fenced_sink.masking import redact
+from pyspark_fenced_sink.options.catalog import WAREHOUSE_ENV, CatalogConfig
+from pyspark_fenced_sink.options.write import (
     COMMIT_MAX_GROUP_SIZE_DEFAULT,
     COMMIT_MAX_WAIT_MS_DEFAULT,
-    WAREHOUSE_ENV,
-    CatalogConfig,
     SinkOptions,
-    parse_options,
-    redact,
-    validate_writer_id,
+    parse_write_options,
 )
+from pyspark_fenced_sink.protocol.entry import WriteMode
+from pyspark_fenced_sink.protocol.fencing import validate_writer_id
 
 
 @pytest.fixture(autouse=True)
@@ -27,7 +27,7 @@ def _clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 
 def _fails(options: dict[str, str], match: str | None, *, streaming: bool = False) -> InvalidOptionsError:
     with pytest.raises(InvalidOptionsError, match=match) as err:
-        parse_options(options, streaming=streaming)
+        parse_write_options(options, streaming=streaming)
     assert isinstance(err.value, ValueError)
     assert err.value.retryable is False
     return err.value
@@ -38,7 +38,7 @@ def _fails(options: dict[str, str], match: str | None, *, streaming: bool = Fals
 
 def test_minimal_options_take_every_default(tmp_path: Path) -> None:
     """Only a table: the embedded catalog in ./fencedlake-warehouse and every documented default."""
-    opts = parse_options({"table": "db.events"})
+    opts = parse_write_options({"table": "db.events"})
     assert opts == SinkOptions(
         table="db.events",
         catalog=CatalogConfig(name=None, properties={}, warehouse=str(tmp_path.resolve() / "fencedlake-warehouse")),
@@ -58,7 +58,7 @@ def test_minimal_options_take_every_default(tmp_path: Path) -> None:
 
 def test_every_option_key_is_parsed(tmp_path: Path) -> None:
     """Each key reaches its field; ``catalog.*`` and ``table.*`` become property maps; keys are case-insensitive."""
-    opts = parse_options(
+    opts = parse_write_options(
         {
             "path": "a.b.events",
             "Catalog": "prod",
@@ -95,22 +95,22 @@ def test_every_option_key_is_parsed(tmp_path: Path) -> None:
 def test_warehouse_from_option_env_and_file_uri(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The option wins over FENCEDLAKE_WAREHOUSE; ``file://`` is stripped; the path is made absolute."""
     monkeypatch.setenv(WAREHOUSE_ENV, str(tmp_path / "from-env"))
-    assert parse_options({"table": "db.t"}).catalog.warehouse == str(tmp_path / "from-env")
-    from_uri = parse_options({"table": "db.t", "warehouse": f"file://{tmp_path}/opt"})
+    assert parse_write_options({"table": "db.t"}).catalog.warehouse == str(tmp_path / "from-env")
+    from_uri = parse_write_options({"table": "db.t", "warehouse": f"file://{tmp_path}/opt"})
     assert from_uri.catalog.warehouse == str(tmp_path / "opt")
-    relative = parse_options({"table": "db.t", "warehouse": "rel/wh"})
+    relative = parse_write_options({"table": "db.t", "warehouse": "rel/wh"})
     assert relative.catalog.warehouse == str(tmp_path.resolve() / "rel/wh")
 
 
 def test_none_values_are_ignored() -> None:
     """Spark may pass None for unset options: treated as absent."""
-    assert parse_options({"table": "db.t", "writer.id": None}).writer_id is None  # type: ignore[dict-item]
+    assert parse_write_options({"table": "db.t", "writer.id": None}).writer_id is None  # type: ignore[dict-item]
 
 
 @pytest.mark.parametrize(("raw", "value"), [("true", True), ("False", False), (" TRUE ", True), ("false", False)])
 def test_booleans_accept_true_and_false_in_any_case(raw: str, value: bool) -> None:
     """Booleans are ``true``/``false``, case and surrounding blanks ignored."""
-    opts = parse_options({"table": "db.t", "create-table": raw, "merge-schema": raw})
+    opts = parse_write_options({"table": "db.t", "create-table": raw, "merge-schema": raw})
     assert (opts.create_table, opts.merge_schema) == (value, value)
 
 
@@ -158,7 +158,7 @@ def test_bad_writer_id_is_rejected(writer_id: str) -> None:
 @pytest.mark.parametrize("writer_id", ["a", "x" * 128, "orders.v2", "_tmp", "A-b_c.9"])
 def test_good_writer_ids_are_kept(writer_id: str) -> None:
     """Valid writer ids pass unchanged (case kept)."""
-    assert parse_options({"table": "db.t", "writer.id": writer_id}).writer_id == writer_id
+    assert parse_write_options({"table": "db.t", "writer.id": writer_id}).writer_id == writer_id
 
 
 @pytest.mark.parametrize("key", ["commit.max-wait-ms", "commit.max-group-size"])
@@ -176,7 +176,7 @@ def test_bad_batch_id_is_rejected(raw: str) -> None:
 
 def test_batch_id_zero_is_valid() -> None:
     """Batch id 0 is a batch id, not "unset"."""
-    assert parse_options({"table": "db.t", "writer.id": "w", "writer.batch-id": "0"}).batch_id == 0
+    assert parse_write_options({"table": "db.t", "writer.id": "w", "writer.batch-id": "0"}).batch_id == 0
 
 
 def test_batch_id_without_writer_id_is_rejected() -> None:
@@ -188,7 +188,7 @@ def test_streaming_requires_writer_id_and_refuses_batch_id() -> None:
     """Streaming needs a stable writer.id and uses Spark's batch ids, never writer.batch-id."""
     _fails({"table": "db.t"}, "writer.id is required for streaming", streaming=True)
     _fails({"table": "db.t", "writer.id": "w", "writer.batch-id": "1"}, "for batch writes", streaming=True)
-    assert parse_options({"table": "db.t", "writer.id": "w"}, streaming=True).writer_id == "w"
+    assert parse_write_options({"table": "db.t", "writer.id": "w"}, streaming=True).writer_id == "w"
 
 
 @pytest.mark.parametrize("key", ["create-table", "merge-schema"])
@@ -234,7 +234,7 @@ def test_bad_table_names_are_rejected(options: dict[str, str], match: str) -> No
 
 def test_same_table_in_path_and_option_is_fine() -> None:
     """save("db.t") with option table=db.t is one name, not two."""
-    assert parse_options({"path": "db.t", "table": "db.t"}).table == "db.t"
+    assert parse_write_options({"path": "db.t", "table": "db.t"}).table == "db.t"
 
 
 @pytest.mark.parametrize("spec", ["nope=raise", "commit.after-wal-put=explode", "commit.after-wal-put"])
@@ -291,7 +291,7 @@ def test_options_repr_and_errors_never_show_secrets() -> None:
         "catalog.uri": "postgresql://fl:pg-pass@db/cat",
         "catalog.token": "eyJhbGciOi",
     }
-    opts = parse_options(secret_options)
+    opts = parse_write_options(secret_options)
     assert opts.catalog.properties["s3.secret-access-key"] == "wJalrXUtnFEMI"  # usable, just never shown
     for shown in (repr(opts), str(opts)):
         assert [s for s in ("wJalrXUtnFEMI", "pg-pass", "eyJhbGciOi") if s in shown] == []
@@ -307,26 +307,26 @@ def test_options_repr_and_errors_never_show_secrets() -> None:
 @pytest.mark.parametrize(
     ("options", "overwrite", "mode"),
     [
-        ({}, False, "append"),
-        ({}, True, "overwrite"),
-        ({"overwrite-mode": "static"}, True, "overwrite"),
-        ({"overwrite-mode": "DYNAMIC"}, True, "dynamic"),
-        ({"replace-where": "region = 'eu'"}, True, "filter"),
-        ({"replace-where": "region = 'eu'", "overwrite-mode": "static"}, True, "filter"),
+        ({}, False, WriteMode.APPEND),
+        ({}, True, WriteMode.OVERWRITE),
+        ({"overwrite-mode": "static"}, True, WriteMode.OVERWRITE),
+        ({"overwrite-mode": "DYNAMIC"}, True, WriteMode.DYNAMIC),
+        ({"replace-where": "region = 'eu'"}, True, WriteMode.REPLACE_WHERE),
+        ({"replace-where": "region = 'eu'", "overwrite-mode": "static"}, True, WriteMode.REPLACE_WHERE),
     ],
     ids=["append", "overwrite-default-static", "static", "dynamic", "replace-where", "replace-where-static"],
 )
 def test_write_mode_follows_the_save_mode_and_the_overwrite_options(
-    options: dict[str, str], overwrite: bool, mode: str
+    options: dict[str, str], overwrite: bool, mode: WriteMode
 ) -> None:
     """mode("overwrite") is a static (full) replace unless overwrite-mode=dynamic or replace-where says otherwise."""
-    assert parse_options({"table": "db.t", **options}).write_mode(overwrite) == mode
+    assert parse_write_options({"table": "db.t", **options}).write_mode(overwrite) is mode
 
 
 @pytest.mark.parametrize("option", [{"overwrite-mode": "dynamic"}, {"replace-where": "x = 1"}], ids=["mode", "where"])
 def test_overwrite_options_on_an_append_fail_naming_the_option(option: dict[str, str]) -> None:
     """An overwrite option on a write that appends is an error, not silently ignored."""
-    opts = parse_options({"table": "db.t", **option})
+    opts = parse_write_options({"table": "db.t", **option})
     with pytest.raises(InvalidOptionsError, match=f"option {next(iter(option))} applies to writes that overwrite"):
         opts.write_mode(False)
 
@@ -349,7 +349,7 @@ def test_bad_overwrite_options_fail_on_the_driver(options: dict[str, str], match
 @pytest.mark.parametrize(("branch", "expected"), [("audit-2026.06", "audit-2026.06"), ("main", None)])
 def test_branch_names(branch: str, expected: str | None) -> None:
     """A branch is a writer-id-like name; main is the default branch."""
-    assert parse_options({"table": "db.t", "branch": branch}).branch == expected
+    assert parse_write_options({"table": "db.t", "branch": branch}).branch == expected
 
 
 @pytest.mark.parametrize("branch", ["", "../x", "a b", "-x", "fencedlake-serial", "FencedLake-x"])
@@ -360,7 +360,7 @@ def test_bad_or_reserved_branch_names_fail(branch: str) -> None:
 
 def test_snapshot_properties_are_collected_by_key() -> None:
     """snapshot-property.<key> options become summary properties (keys as Spark passes them: lower-case)."""
-    opts = parse_options(
+    opts = parse_write_options(
         {"table": "db.t", "snapshot-property.job": "nightly", "snapshot-property.run-date": "2026-06-01"}
     )
     assert opts.snapshot_properties == {"job": "nightly", "run-date": "2026-06-01"}

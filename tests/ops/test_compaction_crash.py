@@ -18,11 +18,12 @@ from pathlib import Path
 
 import pytest
 
+from pyspark_fenced_sink.failpoints import DURABLE_AT
 from pyspark_fenced_sink.ops.gc import gc
-from pyspark_fenced_sink.testing.harness import DURABLE_AT, open_target, rows, sink_write, table_ids
+from pyspark_fenced_sink.testing.harness import open_target, rows, sink_write, table_ids
 from pyspark_fenced_sink.testing.invariants import check_table
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TABLE = "db.compact_crash"
 #: Compaction's steps in order, and whether its WAL entry is durable when the step's fail point fires.
 STEPS = {

@@ -1,8 +1,10 @@
-"""Spark <-> Iceberg schemas: conversion and write compatibility (driver side).
+"""Spark schema -> Iceberg schema: conversion and write compatibility (PROTOCOL.md step 0; driver).
 
-Runs on the driver, before any task is launched (PROTOCOL.md step 1, "validate
-the write"), so a schema problem never leaves a file behind. Executors trust
-the :class:`SchemaPlan` verdict and only cast Arrow data (``write/task.py``).
+Runs on the driver, before any task is launched, so a schema problem never
+leaves a file behind. Executors trust the
+:class:`~pyspark_fenced_sink.write.schema_plan.SchemaPlan` verdict and
+only cast Arrow data (``write/task.py``). :class:`SparkWriteSchema` is how the
+write transaction sees a DataFrame's schema.
 
 Columns are matched **by name**, case-sensitively, recursively inside structs,
 list elements and map keys/values. A path names a nested column the way
@@ -16,7 +18,7 @@ Allowed differences between a DataFrame and the table it is written into:
   ``smallint``, ``char(n)`` and ``varchar(n)`` already map to ``int`` and
   ``string``);
 * with schema merging on, a DataFrame column the table lacks: it is added to
-  the table as an optional column (:func:`apply_additions`).
+  the table as an optional column (``write.schema_plan``).
 
 This module never imports catalog code.
 """
@@ -26,7 +28,6 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from pyiceberg.schema import Schema, assign_fresh_schema_ids
 from pyiceberg.types import (
@@ -52,15 +53,11 @@ from pyiceberg.types import (
 from pyspark.sql import types as st
 
 from pyspark_fenced_sink.errors import SchemaMismatchError
-from pyspark_fenced_sink.options import MERGE_SCHEMA
-
-if TYPE_CHECKING:
-    from pyiceberg.table.update.schema import UpdateSchema
+from pyspark_fenced_sink.options.write import MERGE_SCHEMA
+from pyspark_fenced_sink.write.schema_plan import SchemaAddition, SchemaPlan
 
 __all__ = [
-    "SchemaAddition",
-    "SchemaPlan",
-    "apply_additions",
+    "SparkWriteSchema",
     "check_write_schema",
     "iceberg_schema_from_spark",
     "iceberg_type_from_spark",
@@ -93,50 +90,6 @@ _UNSUPPORTED_HINTS = {
     "GeographyType": "convert it to WKB binary with st_asbinary()",
 }
 _DEFAULT_HINT = "cast it to a supported type (e.g. .cast('string') or .cast('bigint')) or drop it"
-
-
-@dataclass(frozen=True)
-class SchemaAddition:
-    """A column the DataFrame has and the table lacks, to be added (merge-schema).
-
-    Attributes:
-        parent: Path of the enclosing struct, ``()`` for a top-level column; a
-            struct inside a list or map is reached through ``element``,
-            ``key`` or ``value``, e.g. ``("items", "element")``.
-        name: The new column's name.
-        field_type: Its Iceberg type (nested field ids are placeholders; the
-            catalog assigns real ones). The column itself is always optional.
-    """
-
-    parent: tuple[str, ...]
-    name: str
-    field_type: IcebergType
-
-    @property
-    def path(self) -> str:
-        """The new column's dotted path, e.g. ``payload.items.element.x``."""
-        return ".".join((*self.parent, self.name))
-
-
-@dataclass(frozen=True)
-class SchemaPlan:
-    """The verdict of :func:`check_write_schema`: the write is compatible.
-
-    Attributes:
-        additions: Columns to add to the table first (only with merge-schema).
-        missing: Paths of optional table columns the DataFrame lacks; executors
-            write them as nulls.
-        promoted: Paths of columns written with a safe type promotion.
-    """
-
-    additions: tuple[SchemaAddition, ...] = ()
-    missing: tuple[str, ...] = ()
-    promoted: tuple[str, ...] = ()
-
-    @property
-    def changes_table(self) -> bool:
-        """True when the table's schema must be updated before the write."""
-        return bool(self.additions)
 
 
 def _spark_name(dtype: st.DataType) -> str:
@@ -424,17 +377,20 @@ def check_write_schema(df_schema: st.StructType, table_schema: Schema, *, merge_
     return SchemaPlan(additions=tuple(acc.additions), missing=tuple(acc.missing), promoted=tuple(acc.promoted))
 
 
-def apply_additions(update_schema: UpdateSchema, plan: SchemaPlan) -> None:
-    """Add ``plan.additions`` to a pyiceberg ``UpdateSchema`` (optional columns).
+@dataclass(frozen=True)
+class SparkWriteSchema:
+    """A DataFrame's Spark schema as the write transaction uses it (``write.transaction.WriteSchema``).
 
-    The caller owns the transaction and its commit, e.g.::
-
-        with table.update_schema() as update:
-            apply_additions(update, plan)
-
-    Args:
-        update_schema: A ``pyiceberg.table.update.schema.UpdateSchema``.
-        plan: The plan returned by :func:`check_write_schema`.
+    Attributes:
+        spark: The DataFrame's schema, as Spark hands it to the writer.
     """
-    for addition in plan.additions:
-        update_schema.add_column((*addition.parent, addition.name), addition.field_type, required=False)
+
+    spark: st.StructType
+
+    def iceberg(self) -> Schema:
+        """The Iceberg schema of a table created from the DataFrame."""
+        return iceberg_schema_from_spark(self.spark)
+
+    def check(self, table_schema: Schema, *, merge_schema: bool) -> SchemaPlan:
+        """:func:`check_write_schema` against the table's current schema."""
+        return check_write_schema(self.spark, table_schema, merge_schema=merge_schema)

@@ -28,9 +28,9 @@ from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Operation, Snapshot, Summary
 from pyiceberg.table.update.snapshot import _OverwriteFiles
 
-from pyspark_fenced_sink.iceberg.branches import StagedCommit, live_data_files
+from pyspark_fenced_sink.iceberg.commit.branches import StagedCommit, live_data_files
+from pyspark_fenced_sink.protocol.entry import WalEntry
 from pyspark_fenced_sink.protocol.replace import EntryRefused, LiveFile, removals
-from pyspark_fenced_sink.protocol.wal import WalEntry
 
 __all__ = ["compaction_producer"]
 

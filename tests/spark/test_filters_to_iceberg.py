@@ -37,7 +37,7 @@ from pyiceberg.types import (
 )
 from pyspark.sql import datasource as F  # noqa: N812 - the filter classes, as Spark's docs spell them
 
-from pyspark_fenced_sink.iceberg.filters import to_iceberg
+from pyspark_fenced_sink.spark.filters_to_iceberg import to_iceberg
 
 UTC = dt.UTC
 SCHEMA = Schema(

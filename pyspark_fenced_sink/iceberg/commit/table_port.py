@@ -1,26 +1,12 @@
-"""The one catalog commit, over pyiceberg (PROTOCOL.md step 5; driver).
+"""The one catalog commit, over pyiceberg (PROTOCOL.md step 5, §4; driver).
 
-:class:`IcebergTablePort` implements ``commit.TablePort`` for any pyiceberg
-catalog (SQL on SQLite or PostgreSQL, REST, Glue, ...). ``commit`` is the only
-place fencedlake changes a table's snapshots: one snapshot on the plan's
-branch (an append, or a replace — all rows, the partitions of a dynamic
-overwrite, the rows a replace-where filter matches — or a publish that
-fast-forwards main) carrying the files of every applied entry, the commit
-record and the entries' snapshot properties in its summary, and the new
-committed state as a table property — all in one catalog commit whose
-requirements assert the table UUID and the refs the commit read (a
-compare-and-swap on the base view; ``iceberg.branches``). What a replacing
-entry removes is decided at apply time, on this base, by
-``protocol.replace``; a refusal raises ``EntryRefused`` before anything is sent.
-
-pyiceberg's own retry is bypassed: ``Transaction.commit_transaction`` would
-retry a ``CommitFailedException`` by rebasing the snapshot onto the new head
-and dropping the snapshot-id requirement, so a stale plan would land and the
-committed upper would go backwards (PROTOCOL.md §12). We call ``Table._do_commit``
-once and map the result: ``CommitFailedException`` -> ``CommitConflict``
-(nothing landed; the manifests written for the attempt are removed);
-transport and database errors and ``CommitStateUnknownException`` ->
-``CommitUnknown`` (files are never removed; the caller re-reads).
+:class:`IcebergTablePort` implements ``protocol.context.TablePort`` for any
+pyiceberg catalog: one snapshot on the plan's branch (staged by the head entry's
+producer, ``producers``), the commit record in its summary, the new committed
+state as a table property, and requirements that make it a compare-and-swap on
+the base view. pyiceberg's own retry is bypassed (it would rebase a stale plan:
+§12): ``CommitFailedException`` -> ``CommitConflict`` (manifests removed);
+transport, database and 5xx errors -> ``CommitUnknown`` (nothing removed).
 """
 
 from __future__ import annotations
@@ -28,7 +14,6 @@ from __future__ import annotations
 import logging
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import replace
 from typing import Any
 
 from pyiceberg.exceptions import (
@@ -40,35 +25,32 @@ from pyiceberg.exceptions import (
     ServiceUnavailableError,
     TooManyRequestsError,
 )
-from pyiceberg.manifest import DataFile
 from pyiceberg.table import Table, Transaction
 from pyiceberg.table.metadata import TableMetadata
-from pyiceberg.table.refs import SnapshotRefType
-from pyiceberg.table.snapshots import Snapshot
 from pyiceberg.table.update import AssertDefaultSpecId, AssertTableUUID, update_table_metadata
 
 from pyspark_fenced_sink import failpoints
-from pyspark_fenced_sink.errors import CorruptControlDataError, InvalidOptionsError, WriteRejectedError
-from pyspark_fenced_sink.iceberg.branches import StagedCommit, live_data_files, ref_requirements, snapshot_history
-from pyspark_fenced_sink.iceberg.datafiles import decode_data_file, encode_partition
-from pyspark_fenced_sink.iceberg.manifests import append_producer
-from pyspark_fenced_sink.iceberg.rewrite import compaction_producer
-from pyspark_fenced_sink.iceberg.row_filter import file_matcher
-from pyspark_fenced_sink.protocol.commit import CommitConflict, CommitUnknown
+from pyspark_fenced_sink.errors import CorruptControlDataError, TableChangedError
+from pyspark_fenced_sink.iceberg.codec.datafiles import decode_data_file
+from pyspark_fenced_sink.iceberg.commit.branches import (
+    StagedCommit,
+    ref_requirements,
+)
+from pyspark_fenced_sink.iceberg.commit.producers import PRODUCERS
+from pyspark_fenced_sink.protocol.context import CommitConflict, CommitUnknown
+from pyspark_fenced_sink.protocol.entry import WalEntry, encoded_spec_id
 from pyspark_fenced_sink.protocol.reconcile import ReconcilePlan
-from pyspark_fenced_sink.protocol.replace import EntryRefused, LiveFile, check_fast_forward, removals
+from pyspark_fenced_sink.protocol.replace import EntryRefused
 from pyspark_fenced_sink.protocol.state import (
     STATE_PROPERTY,
-    SUMMARY_PUBLISHED,
     CommitRecord,
     CommittedState,
     decode_record,
     encode_record,
 )
 from pyspark_fenced_sink.protocol.view import TableView
-from pyspark_fenced_sink.protocol.wal import MAIN_BRANCH, EntryKind, WalEntry, WriteMode, encoded_spec_id
 
-__all__ = ["IcebergTablePort", "check_publish", "check_replace_where", "view_of"]
+__all__ = ["IcebergTablePort", "view_of"]
 
 logger = logging.getLogger(__name__)
 
@@ -185,7 +167,9 @@ class IcebergTablePort:
         try:
             return self.remember(self.catalog.load_table(self.name))
         except NoSuchTableError as e:
-            raise InvalidOptionsError(f"table {self.name} does not exist (it was dropped?)") from e
+            raise TableChangedError(
+                f"table {self.name} no longer exists: it was dropped while in use", table=self.name
+            ) from e
 
     def find_record(self, view: TableView, seq: int) -> CommitRecord | None:
         for record in _records(self.table(view).metadata):
@@ -229,7 +213,7 @@ class IcebergTablePort:
         staged = None
         try:
             staged = StagedCommit(_LeanTransaction(table), table, plan.branch, summary)
-            producer = _PRODUCERS[plan.mode](staged, head)
+            producer = PRODUCERS[plan.mode](staged, head)
         except EntryRefused as e:
             if staged is not None:
                 staged.cleanup()
@@ -273,105 +257,3 @@ class IcebergTablePort:
     def _submit(table: Table, tx: Transaction, requirements: tuple[Any, ...]) -> None:
         """The one catalog request: the staged updates, if ``requirements`` still hold. No retry."""
         table._do_commit(updates=tx._updates, requirements=requirements)
-
-
-def _append(staged: StagedCommit, head: WalEntry | None) -> Any:
-    """An append on the branch: a new manifest, small ones merged if the table says so (``iceberg.manifests``)."""
-    return append_producer(staged.update(), staged.tx.table_metadata.properties)
-
-
-def _doomed(table: Table, metadata: TableMetadata, snapshot: Snapshot, head: WalEntry) -> list[DataFile]:
-    """The live files of ``snapshot`` that applying ``head`` removes (``protocol.replace.removals``).
-
-    Raises:
-        EntryRefused: a replace-where finds a live file that straddles its filter.
-    """
-    live = {f.file_path: f for f in live_data_files(table, snapshot)}
-    schema, specs = metadata.schema(), metadata.specs()
-    types = {sid: spec.partition_type(schema) for sid, spec in specs.items()} if head.mode is WriteMode.DYNAMIC else {}
-    described = [
-        LiveFile(path, f.spec_id, encode_partition(f.partition, types[f.spec_id]) if types else ())
-        for path, f in live.items()
-    ]
-    matcher = file_matcher(head.row_filter or "", schema, specs) if head.mode is WriteMode.REPLACE_WHERE else None
-    doomed = removals(head, described, (lambda lf: matcher(live[lf.path])) if matcher is not None else None)
-    return [live[f.path] for f in doomed]
-
-
-def check_replace_where(table: Table, branch: str | None, row_filter: str, name: str) -> None:
-    """Refuse a replace-where now (planning) if a file live on its branch straddles the filter.
-
-    The same decision is taken again at apply time; this one fails the write before any task runs.
-
-    Raises:
-        WriteRejectedError: a live file has rows on both sides of the filter.
-    """
-    metadata = table.metadata
-    snapshot = metadata.snapshot_by_name(branch or MAIN_BRANCH) or metadata.current_snapshot()
-    if snapshot is None:
-        return
-    probe = WalEntry(kind=EntryKind.DATA, token="", writer="", mode=WriteMode.REPLACE_WHERE, row_filter=row_filter)
-    try:
-        _doomed(table, metadata, snapshot, replace(probe, branch=branch))
-    except EntryRefused as e:
-        raise WriteRejectedError(f"table {name}: {e.reason}", table=name, outcome="REFUSED") from e
-
-
-def _fast_forward_target(metadata: TableMetadata, branch: str) -> int:
-    """The head of ``branch`` if main may be fast-forwarded to it (``protocol.replace.check_fast_forward``)."""
-    ref = metadata.refs.get(branch)
-    found = ref.snapshot_id if ref is not None and ref.snapshot_ref_type == SnapshotRefType.BRANCH else None
-    return check_fast_forward(branch, metadata.current_snapshot_id, found, snapshot_history(metadata))
-
-
-def check_publish(table: Table, branch: str, name: str) -> int:
-    """The snapshot a publish of ``branch`` would move main to now; refused as the commit would refuse it.
-
-    Raises:
-        WriteRejectedError: the branch is missing, or main changed data since it forked.
-    """
-    try:
-        return _fast_forward_target(table.metadata, branch)
-    except EntryRefused as e:
-        raise WriteRejectedError(f"table {name}: {e.reason}", table=name, outcome="REFUSED") from e
-
-
-def _replace(staged: StagedCommit, head: WalEntry | None) -> Any:
-    """An overwrite snapshot removing what ``protocol.replace.removals`` selects among the branch's live files.
-
-    The live files are read here, on the commit's base: a replace applies to what is live at apply
-    time, whatever was live when its rows were written.
-    """
-    branch_head = staged.head
-    if branch_head is None or head is None:
-        return staged.update().fast_append()
-    doomed = _doomed(staged.table, staged.tx.table_metadata, branch_head, head)
-    producer = staged.update().overwrite()
-    for data_file in doomed:
-        producer.delete_data_file(data_file)
-    return producer
-
-
-def _publish(staged: StagedCommit, head: WalEntry | None) -> Any:
-    """Fast-forward main to the entry's branch, then an empty snapshot on main carrying the commit record."""
-    source = head.branch if head is not None else None
-    if source is None:
-        raise CorruptControlDataError("a publish entry names no branch: the WAL object is damaged")
-    metadata = staged.tx.table_metadata
-    branch_head = _fast_forward_target(metadata, source)
-    staged.refs.add(source)
-    if branch_head != metadata.current_snapshot_id:
-        staged.move_ref(MAIN_BRANCH, branch_head)
-    staged.summary[SUMMARY_PUBLISHED] = f"{source}@{branch_head}"
-    return staged.update().fast_append()
-
-
-#: Write mode -> the snapshot producer of a commit whose first applied entry has that mode.
-_PRODUCERS: dict[WriteMode, Callable[[StagedCommit, WalEntry | None], Any]] = {
-    WriteMode.APPEND: _append,
-    WriteMode.OVERWRITE: _replace,
-    WriteMode.DYNAMIC: _replace,
-    WriteMode.REPLACE_WHERE: _replace,
-    WriteMode.PUBLISH: _publish,
-    WriteMode.COMPACT: compaction_producer,
-}

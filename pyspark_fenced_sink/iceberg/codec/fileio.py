@@ -1,18 +1,18 @@
-"""One pyiceberg FileIO per (properties, location) per process (executors and driver).
+"""A table's FileIO: its properties, and one cached FileIO per location and properties per process (PROTOCOL.md §2).
 
-Write tasks (``write/task.py``) and read tasks (``read/task.py``) open data
-files through the table's FileIO; building one costs an S3 client, so each
-Python worker keeps the ones it made. No catalog code: executors import this.
+The properties are the table's storage credentials (also what a REST catalog
+vends): never log them unmasked (``masking.redact``).
 """
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Mapping
+from typing import Any
 
 from pyiceberg.io import FileIO, load_file_io
 
-__all__ = ["cached_file_io"]
+__all__ = ["cached_file_io", "io_properties"]
 
 
 @functools.lru_cache(maxsize=8)
@@ -23,3 +23,8 @@ def _file_io(io_props: tuple[tuple[str, str], ...], location: str) -> FileIO:
 def cached_file_io(properties: Mapping[str, str], location: str) -> FileIO:
     """The FileIO for ``properties`` (the table's io properties) and ``location``, made once per process."""
     return _file_io(tuple(sorted(properties.items())), location)
+
+
+def io_properties(table: Any) -> dict[str, str]:
+    """The FileIO properties of a loaded pyiceberg table (storage credentials: never log them unmasked)."""
+    return dict(getattr(table.io, "properties", {}) or {})
