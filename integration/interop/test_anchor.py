@@ -1,7 +1,7 @@
 """The anchor benchmark as a smoke test: N Spark applications x T threads, Iceberg's writer vs fencedlake.
 
 Runs :mod:`benchmarks.anchor` on every catalog the services offer (PostgreSQL, Iceberg's REST
-fixture) at CI size (2 applications x 2 threads x 2 writes), or at full size (4 x 4 x 4, 2 rounds)
+fixture) at CI size (2 applications x 2 threads x 2 writes), or at full size (4 x 8 x 3, 2 rounds)
 with ``FENCEDLAKE_INTEROP_FULL=1``; its table and figures go to ``.benchmarks-out/results-anchor-*``
 and the interop records. It fails only on a wrong table (the suite verifies every round) or when
 fencedlake fails a write -- never on a number; Iceberg's surfaced conflicts are recorded.
@@ -23,6 +23,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.bench, pyt
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(5400 if FULL else 1200)
 def test_anchor_benchmark_fencedlake_lands_every_write_beside_icebergs_writer(
     services: Services, tmp_path: Path
 ) -> None:
