@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,6 +39,7 @@ __all__ = [
     "CATALOGS",
     "FULL",
     "Catalog",
+    "jdbc_postgres",
     "make_catalog",
     "spark_classpath",
     "start_interop_spark",
@@ -183,7 +183,7 @@ def _s3_io(services: Services) -> tuple[dict[str, str], dict[str, str]]:
     return py, java
 
 
-def _jdbc_postgres(pg_uri: str) -> dict[str, str]:
+def jdbc_postgres(pg_uri: str) -> dict[str, str]:
     """Iceberg JdbcCatalog properties for a ``postgresql+psycopg2://user:pw@host:port/db`` URI."""
     parts = urlsplit(pg_uri)
     return {
@@ -221,7 +221,7 @@ def make_catalog(services: Services, target: str, tmp: Path, *, cache: bool = Fa
             target,
             name,
             {"type": "sql", "uri": services.pg_uri, "warehouse": warehouse, **py_io},
-            {**spark, "type": "jdbc", **_jdbc_postgres(services.pg_uri), "warehouse": warehouse, **java_io},
+            {**spark, "type": "jdbc", **jdbc_postgres(services.pg_uri), "warehouse": warehouse, **java_io},
         )
     if target == "iceberg-rest-s3":
         rest = iceberg_rest_properties(services)
@@ -240,13 +240,3 @@ def make_catalog(services: Services, target: str, tmp: Path, *, cache: bool = Fa
             },
         )
     raise pytest.UsageError(f"unknown interop catalog {target!r}: expected one of {CATALOGS}")
-
-
-def wait_for(cond: Any, timeout: float, what: str) -> None:
-    """Poll ``cond`` every 0.2 s; fail the test after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return
-        time.sleep(0.2)
-    pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}")

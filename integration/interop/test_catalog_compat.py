@@ -27,7 +27,7 @@ import pyarrow as pa
 import pytest
 
 from integration.conftest import Services
-from integration.interop.support import Catalog, _jdbc_postgres
+from integration.interop.support import Catalog, jdbc_postgres
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
@@ -121,7 +121,7 @@ def test_embedded_default_catalog_is_read_by_a_spark_catalog_named_fencedlake(
 def test_postgres_catalog_tables_serve_both_sides(spark: Any, services: Services, java_schema: str | None) -> None:
     """In the suite's PostgreSQL database, Iceberg Java (V0 mode or V1) and pyiceberg read each other's tables."""
     name = f"compat_{uuid.uuid4().hex[:8]}"
-    java = {"type": "jdbc", **_jdbc_postgres(services.pg_uri), "cache-enabled": "false"}
+    java = {"type": "jdbc", **jdbc_postgres(services.pg_uri), "cache-enabled": "false"}
     java["warehouse"] = py_warehouse = f"s3://{services.s3_bucket}/interop/{name}"
     if java_schema:
         java["jdbc.schema-version"] = java_schema
@@ -174,7 +174,7 @@ def test_icebergs_jdbc_catalog_in_a_second_postgres_schema_finds_the_first_schem
         cur.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = 'iceberg_tables'")
         assert cur.fetchone()[0] >= 1, "the suite's PostgreSQL has no catalog yet (the premise of this test)"
         cur.execute(f"CREATE SCHEMA {schema}")
-    jdbc = _jdbc_postgres(services.pg_uri)
+    jdbc = jdbc_postgres(services.pg_uri)
     java = {"type": "jdbc", **jdbc, "uri": f"{jdbc['uri']}?currentSchema={schema}", "warehouse": tmp_path.as_uri()}
     py = {"type": "sql", "uri": f"{services.pg_uri}?options=-csearch_path%3D{schema}", "warehouse": tmp_path.as_uri()}
     cat = Catalog("pg-schema", f"compat_{schema}", py, java)
