@@ -224,6 +224,12 @@ def test_every_subpackage_and_module_has_a_layer() -> None:
     assert unplaced_rooms(_modules()) == []
 
 
+def test_every_package_directory_is_a_regular_package() -> None:
+    """A directory of modules without ``__init__.py`` is left out of the wheel (``packages = find:``)."""
+    dirs = {path.parent for path in PACKAGE.rglob("*.py") if "__pycache__" not in path.parts}
+    assert sorted(str(d.relative_to(PACKAGE)) for d in dirs if not (d / "__init__.py").exists()) == []
+
+
 def test_no_import_runs_up_a_layer() -> None:
     """Imports (lazy ones inside functions, and imports of the package root, included) never go up a layer."""
     assert upward_imports(_graph()) == []

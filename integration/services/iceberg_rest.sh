@@ -8,7 +8,7 @@
 #
 #   integration/services/iceberg_rest.sh start|stop|status
 #
-# Env: FENCEDLAKE_IT_ICEBERG_REST_PORT (54334), FENCEDLAKE_IT_PG_PORT (54329), FENCEDLAKE_IT_PG_USER /
+# Env: FENCEDLAKE_IT_ICEBERG_REST_PORT (54338), FENCEDLAKE_IT_PG_PORT (54329), FENCEDLAKE_IT_PG_USER /
 #      _DB (fencedlake), FENCEDLAKE_IT_PG_PASSWORD (test-only default; never printed),
 #      FENCEDLAKE_IT_S3_PORT (54330), FENCEDLAKE_IT_S3_BUCKET (fencedlake), FENCEDLAKE_IT_STATE
 #      (.integration), FENCEDLAKE_JVM_CACHE (.jvm).
@@ -17,7 +17,7 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 NAME=iceberg-rest
 HOST=127.0.0.1
-PORT="${FENCEDLAKE_IT_ICEBERG_REST_PORT:-54334}"
+PORT="${FENCEDLAKE_IT_ICEBERG_REST_PORT:-54338}"
 PG_PORT="${FENCEDLAKE_IT_PG_PORT:-54329}"
 S3_PORT="${FENCEDLAKE_IT_S3_PORT:-54330}"
 BUCKET="${FENCEDLAKE_IT_S3_BUCKET:-fencedlake}"

@@ -106,7 +106,7 @@ class WriteTransaction:
             WriteRejectedError: a ``replace-where`` that a live file straddles.
             TableChangedError: the table's schema kept changing while columns were merged (retryable).
         """
-        from pyspark_fenced_sink.iceberg.catalogs import TableCreation, open_table
+        from pyspark_fenced_sink.iceberg.catalogs import TableCreation, open_table, validate_table_properties
         from pyspark_fenced_sink.iceberg.codec.row_filter import bind_row_filter
 
         logs.configure_from_env()
@@ -124,6 +124,8 @@ class WriteTransaction:
             max_group=opts.commit_max_group_size,
         )
         opened = _conform_schema(opened, schema, opts)
+        if opts.write_properties:  # this write's write.* options, checked with the table's properties
+            validate_table_properties(opts.file_properties(opened.table.properties))
         _check_target(opened, opts, mode)
         return cls.open(opened, opts, mode, streaming=streaming)
 
@@ -140,7 +142,8 @@ class WriteTransaction:
     ) -> WriteTransaction:
         """Open a writer on ``opened`` (the table as just read) and build the executor spec.
 
-        ``properties`` override table properties for this write's files (compaction's target size).
+        ``properties`` override table properties for this write's files (compaction's target size), after
+        the write's own ``write.*`` options (``SinkOptions.file_properties``).
         """
         from pyspark_fenced_sink.iceberg.codec.fileio import io_properties
 
@@ -164,7 +167,7 @@ class WriteTransaction:
             spec_id=metadata.default_spec_id,
             table_uuid=uuid,
             format_version=metadata.format_version,
-            properties={**metadata.properties, **(properties or {})},
+            properties={**opts.file_properties(metadata.properties), **(properties or {})},
             io_properties=io_properties(table),
             tag=tag,
             streaming=streaming,
@@ -221,6 +224,7 @@ class WriteTransaction:
             spec_id=self.spec.spec_id,
             untuned=written.untuned,
             row_filter=opts.replace_where,
+            filter_ids=self._filter_ids(),
             branch=opts.branch,
             properties=opts.snapshot_properties,
             inputs=self.inputs,
@@ -231,6 +235,13 @@ class WriteTransaction:
             "fencedlake: %s %s rows=%d files=%d", opts.table, result.summary(), written.rows, len(written.files)
         )
         return result
+
+    def _filter_ids(self) -> tuple[tuple[str, int], ...]:
+        """A replace-where's columns with the field ids they bound to in the schema the tasks wrote (§5.4)."""
+        from pyspark_fenced_sink.iceberg.codec.row_filter import filter_field_ids
+
+        text = self.opts.replace_where
+        return filter_field_ids(text, self.spec.schema_json) if text is not None else ()
 
     def abort(self, written: Written, *, batch_id: int | None = None) -> None:
         """Remove the tasks' files unless :meth:`commit` may have put a WAL entry naming them."""

@@ -7,7 +7,8 @@ the semantics of docs/PROTOCOL.md §5.1 stated directly on the model's files —
 * append adds; static overwrite removes every live file of its branch; dynamic
   overwrite removes the live files of the partitions its own files are in (none for an
   empty write); replace-where removes the live files whose ``v`` range or partition
-  lies wholly inside its filter, and must have been refused if one straddles it; a
+  lies wholly inside its filter, and must have been refused if one straddles it or its
+  metadata cannot prove where it lies (NaN rows, absent NaN counts, no metrics: ``truth``); a
   compaction removes its input files, and must have been refused if one is no longer
   live;
 * the first commit on a branch forks it from main (an empty main snapshot first, on a
@@ -18,7 +19,9 @@ the semantics of docs/PROTOCOL.md §5.1 stated directly on the model's files —
 * a commit writes one branch and carries the snapshot properties of every entry it
   applies (all equal);
 
-then compares each branch's files with the table's. Anything else — a file live at
+— with other engines' changes (appends, deletes, rollbacks, ref moves: ``MemoryTable.foreign``)
+replayed between the commits where they happened — then compares each branch's files and
+every ref with the table's. Anything else — a file live at
 write time but not at apply time treated as live, a straddling file removed or kept, a
 commit on the wrong branch — shows up as a difference.
 """
@@ -33,7 +36,7 @@ from pyspark_fenced_sink.protocol.entry import MAIN_BRANCH, EntryKind, WalEntry,
 from pyspark_fenced_sink.protocol.reconcile import Outcome
 from pyspark_fenced_sink.protocol.replace import Match
 
-from .memory_port import MemoryTable, model_match
+from .memory_port import Foreign, MemoryTable
 
 __all__ = ["replay"]
 
@@ -45,11 +48,14 @@ class _Lake:
     files: dict[str, dict[str, Mapping[str, Any]]] = field(default_factory=lambda: {MAIN_BRANCH: {}})
     heads: dict[str, int | None] = field(default_factory=lambda: {MAIN_BRANCH: None})
     snapshots: dict[int, tuple[int | None, bool]] = field(default_factory=dict)
+    #: The branch's live files after each snapshot (a rollback returns to them).
+    after: dict[int, dict[str, Mapping[str, Any]]] = field(default_factory=dict)
 
     def snap(self, branch: str, changed: bool) -> None:
         sid = len(self.snapshots) + 1
         self.snapshots[sid] = (self.heads.get(branch), changed)
         self.heads[branch] = sid
+        self.after[sid] = dict(self.live(branch))
 
     def fork(self, branch: str) -> None:
         if branch in self.files:
@@ -77,8 +83,58 @@ class _Lake:
         return True
 
     def straddles(self, entry: WalEntry) -> bool:
-        match = model_match(str(entry.row_filter))
+        """True if some live file cannot be proven, from the metadata it carries, to match all or none."""
+        match = truth(str(entry.row_filter))
         return any(match(f) is Match.SOME for f in self.live(entry.target).values())
+
+    def foreign(self, change: Foreign) -> None:
+        """Another engine's change, replayed in its place."""
+        if change.kind == "append" and change.file is not None:
+            self.fork(change.branch)
+            self.files[change.branch][str(change.file["p"])] = change.file
+            self.snap(change.branch, True)
+        elif change.kind == "delete":
+            for path in change.paths:
+                self.files[MAIN_BRANCH].pop(path, None)
+            self.snap(MAIN_BRANCH, True)
+        elif change.kind == "rollback" and change.target is not None:
+            self.heads[MAIN_BRANCH] = change.target
+            self.files[MAIN_BRANCH] = dict(self.after[change.target])
+        elif change.kind == "fork":
+            self.fork(change.branch)
+        elif change.kind == "replace-main" and change.branch in self.files:
+            self.heads[MAIN_BRANCH] = self.heads[change.branch]
+            self.files[MAIN_BRANCH] = dict(self.files[change.branch])
+        elif change.kind == "reset" and change.branch in self.files:
+            self.files[change.branch] = dict(self.files[MAIN_BRANCH])
+            self.heads[change.branch] = self.heads[MAIN_BRANCH]
+        elif change.kind == "drop-ref":
+            self.files.pop(change.branch, None)
+            self.heads.pop(change.branch, None)
+
+
+def truth(row_filter: str) -> Any:
+    """The spec of a model filter on a model file, stated on what the file holds and what its metadata says.
+
+    ``part = P``: the partition decides. ``v >= K``: every row matches iff ``lo >= K`` and the file has no
+    NaN row, which only metadata with NaN counts (``st`` ``full``) can prove; no row matches iff
+    ``hi < K`` (NaN matches no comparison), which bounds prove unless the file has no metrics (``none``).
+    Anything else straddles: ``SOME``.
+    """
+    column, _, value = row_filter.split()
+    k = int(value)
+
+    def match(f: Mapping[str, Any]) -> Match:
+        if column == "part":
+            return Match.ALL if f["part"] == k else Match.NONE
+        recorded = f.get("st", "full")
+        if f["lo"] >= k and not f.get("nan") and recorded == "full":
+            return Match.ALL
+        if f["hi"] < k and recorded != "none":
+            return Match.NONE
+        return Match.SOME
+
+    return match
 
 
 def _apply(lake: _Lake, branch: str, entry: WalEntry, v: list[str], seq: int) -> bool:
@@ -87,10 +143,10 @@ def _apply(lake: _Lake, branch: str, entry: WalEntry, v: list[str], seq: int) ->
     if entry.mode is WriteMode.OVERWRITE:
         doomed = set(live)
     elif entry.mode is WriteMode.DYNAMIC:
-        parts = {f["part"] for f in entry.files}
-        doomed = {p for p, f in live.items() if f["part"] in parts}
+        parts = {f["part"] for f in entry.files}  # files of another partition spec are never selected
+        doomed = {p for p, f in live.items() if f["part"] in parts and f.get("s", 0) == entry.spec_id}
     elif entry.mode is WriteMode.REPLACE_WHERE:
-        match = model_match(str(entry.row_filter))
+        match = truth(str(entry.row_filter))
         verdicts = {p: match(f) for p, f in live.items()}
         if Match.SOME in verdicts.values():
             v.append(f"model: WAL seq {seq} replace-where {entry.row_filter!r} applied over a straddling file")
@@ -149,15 +205,22 @@ def replay(
     """Violations of the write modes' semantics in table ``t`` (commit records in commit order)."""
     lake = _Lake()
     v: list[str] = []
-    for _, record in t.records:
+    events: list[tuple[int, int, Any]] = [(version, 0, record) for version, record in t.records]
+    events += [(version, 1, change) for version, change in t.foreign]
+    for _, kind, event in sorted(events, key=lambda e: (e[0], e[1])):
+        if kind == 1:
+            lake.foreign(event)
+            continue
         decided = []
-        for seq in range(record.first, record.last + 1):
+        for seq in range(event.first, event.last + 1):
             token, outcome = outcome_at[seq]
             entry = by_token.get(token)
             if entry is not None:
                 decided.append((seq, outcome, entry))
-        v.extend(_commit(lake, record.first, decided, t))
+        v.extend(_commit(lake, event.first, decided, t))
     name = f"table {t.uuid[:8]}"
+    if lake.heads != t.heads:
+        v.append(f"model: {name}: refs differ from replaying the WAL and other engines in order: {lake.heads}")
     for branch in sorted(set(lake.files) | set(t.branches) | {MAIN_BRANCH}):
         expected = set(lake.files.get(branch, {}))
         actual = {str(f["p"]) for f in (t.files if branch == MAIN_BRANCH else t.branches.get(branch, []))}

@@ -65,7 +65,7 @@ class World:
 
 
 def _files(name: str, n: int = 1) -> list[dict[str, str]]:
-    return [{"p": f"data/{name}-{i}.parquet"} for i in range(n)]
+    return [{"p": f"data/{name}-{i}.parquet", "s": 0} for i in range(n)]
 
 
 @pytest.fixture
