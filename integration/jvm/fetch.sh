@@ -93,7 +93,9 @@ fetch_set() {
     [ "$set" = spark ] && extra+=(-DexcludeTransitive=true)
     log "fetching set '$set' from Maven Central into $CACHE/m2 ..."
     local tmp="$CACHE/$set.classpath.tmp"
-    "$MVN" "${args[@]}" "${props[@]}" "${extra[@]}" "$PLUGIN:build-classpath" -Dmdep.outputFile="$tmp" >&2 \
+    # Maven 3.8 prints ANSI resets even in batch mode: strip them (pipefail keeps mvn's status).
+    "$MVN" "${args[@]}" "${props[@]}" "${extra[@]}" "$PLUGIN:build-classpath" -Dmdep.outputFile="$tmp" 2>&1 \
+        | sed -u 's/\x1b\[[0-9;]*m//g' >&2 \
         || die "mvn could not resolve set '$set' (is Maven Central reachable? see the output above)"
     if [ "$set" = rest ]; then
         ensure_tool javac openjdk-17-jdk-headless
