@@ -6,7 +6,7 @@ VENV ?= .venv
 PY := $(abspath $(VENV))/bin/python
 export VENV
 
-.PHONY: help bootstrap demo test unit wheel integration bench lint clean distclean services-stop
+.PHONY: help bootstrap demo test unit wheel integration interop bench lint clean distclean services-stop
 
 help:
 	@echo "make demo         set up .venv, then run a local demo write + read"
@@ -14,6 +14,7 @@ help:
 	@echo "make unit         hermetic tests only (pytest tests)"
 	@echo "make wheel        the built wheel in a fresh venv without extras: batch + stream writes"
 	@echo "make integration  real PostgreSQL + S3 on 127.0.0.1, pytest integration"
+	@echo "make interop      Iceberg's Java implementation beside us (jars from Maven Central, .venv-interop)"
 	@echo "make bench        full benchmarks (python -m benchmarks.run --full)"
 	@echo "make lint         ruff + mypy"
 	@echo "make clean        stop services, remove caches and local state (keeps .venv)"
@@ -37,6 +38,9 @@ wheel: bootstrap
 integration: bootstrap
 	scripts/test.sh integration
 
+interop: bootstrap
+	scripts/test.sh interop
+
 bench: bootstrap
 	PYSPARK_PYTHON=$(PY) PYSPARK_DRIVER_PYTHON=$(PY) $(PY) -m benchmarks.run --full
 
@@ -46,6 +50,7 @@ lint: bootstrap
 	$(VENV)/bin/mypy
 
 services-stop:
+	-integration/services/iceberg_rest.sh stop
 	-integration/services/rest.sh stop
 	-integration/services/gcs.sh stop
 	-integration/services/azurite.sh stop
@@ -58,4 +63,4 @@ clean: services-stop
 	find . -path ./$(VENV) -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +
 
 distclean: clean
-	rm -rf $(VENV) $(VENV).bootstrap.lock
+	rm -rf $(VENV) $(VENV).bootstrap.lock .venv-interop .venv-interop.bootstrap.lock .jvm

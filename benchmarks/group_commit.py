@@ -23,7 +23,9 @@ write exactly once, no row of a failed write.
 
 The catalog is the embedded default (SQLite); if ``FENCEDLAKE_IT_PG_URI`` is
 set (``integration/run.sh`` exports it), every round also runs on a
-PostgreSQL-backed SqlCatalog, and if ``FENCEDLAKE_IT_REST_URI`` is set, on the
+PostgreSQL-backed SqlCatalog, if ``FENCEDLAKE_IT_ICEBERG_REST_URI`` is set, on Apache
+Iceberg's REST fixture (integration/services/iceberg_rest.sh), and if
+``FENCEDLAKE_IT_REST_URI`` is set, on the project's
 Iceberg REST catalog (integration/services/restcatalog.py: naive pyiceberg and
 fencedlake through the same server, so the field report's 409s show as its
 "failed" column). Targets at N = 64 (issue 6): fencedlake
@@ -62,6 +64,9 @@ SEED_ID = 10**15
 PG_URI_ENV = "FENCEDLAKE_IT_PG_URI"
 #: The Iceberg REST catalog (integration/services/rest.sh exports these): a "rest" row, same writers.
 REST_URI_ENV, REST_CREDENTIAL_ENV = "FENCEDLAKE_IT_REST_URI", "FENCEDLAKE_IT_REST_CREDENTIAL"
+#: Apache Iceberg's REST fixture (integration/services/iceberg_rest.sh): an "iceberg-rest" row. It vends the
+#: S3 keys; the endpoint is the client's.
+ICEBERG_REST_URI_ENV, S3_ENDPOINT_ENV = "FENCEDLAKE_IT_ICEBERG_REST_URI", "FENCEDLAKE_IT_S3_ENDPOINT"
 FENCED, NAIVE, NAIVE_NO_RETRY = "fencedlake", "pyiceberg", "pyiceberg no-retry"
 VARIANTS = (FENCED, NAIVE, NAIVE_NO_RETRY)
 TARGET_FACTOR = 4.0
@@ -375,6 +380,17 @@ def _rest_target(uri: str) -> dict[str, str]:
     return target
 
 
+def _iceberg_rest_target(uri: str, s3_endpoint: str) -> dict[str, str]:
+    """``catalog.*`` options of Iceberg's REST fixture at ``uri`` (S3 keys vended; endpoint and region here)."""
+    return {
+        "catalog.type": "rest",
+        "catalog.uri": uri,
+        "catalog.s3.endpoint": s3_endpoint,
+        "catalog.s3.region": os.environ.get("AWS_REGION", "us-east-1"),
+        "catalog.s3.path-style-access": "true",
+    }
+
+
 def commits_for(n: int, total: int, minimum: int) -> int:
     """Commits per writer so that every N makes about ``total`` writes (at least ``minimum`` each)."""
     return max(minimum, math.ceil(total / n))
@@ -404,6 +420,7 @@ def run(
         "rows_per_write": rows,
         "postgres": bool(pg_uri),
         "rest": bool(os.environ.get(REST_URI_ENV)),
+        "iceberg_rest": bool(os.environ.get(ICEBERG_REST_URI_ENV)),
     }
     runs: dict[str, list[dict[str, Any]]] = {}
     with tempfile.TemporaryDirectory(prefix="fencedlake-bench-gc-", dir=workdir) as tmp:
@@ -416,6 +433,9 @@ def run(
         rest_uri = os.environ.get(REST_URI_ENV)
         if rest_uri:
             targets.append(("rest", _rest_target(rest_uri)))
+        iceberg_rest_uri, s3_endpoint = os.environ.get(ICEBERG_REST_URI_ENV), os.environ.get(S3_ENDPOINT_ENV)
+        if iceberg_rest_uri and s3_endpoint:
+            targets.append(("iceberg-rest", _iceberg_rest_target(iceberg_rest_uri, s3_endpoint)))
         t0 = time.perf_counter()
         pool = [_Worker(i, Path(tmp)) for i in range(max(ns))]
         try:

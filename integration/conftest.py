@@ -32,6 +32,19 @@ REQUIRED_ENV = (
 
 _HERE = Path(__file__).resolve().parent
 
+# integration/interop/ runs in its own venv (the pyspark Iceberg's Spark runtime jar is built for) and
+# stage: integration/interop/run.sh (`scripts/test.sh interop`) sets FENCEDLAKE_INTEROP=1. Elsewhere
+# it is not collected; `pytest integration/interop` without it collects nothing and fails (exit 5).
+INTEROP = os.environ.get("FENCEDLAKE_INTEROP", "") == "1"
+collect_ignore = [] if INTEROP else ["interop"]
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    """Say where integration/interop/ went when it is not collected."""
+    if INTEROP:
+        return "fencedlake interop: integration/interop/ collected (FENCEDLAKE_INTEROP=1)"
+    return "fencedlake interop: integration/interop/ not collected here; run integration/interop/run.sh"
+
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark everything collected under integration/ as ``integration``."""
@@ -71,6 +84,7 @@ class Services:
     rest_uri: str = ""
     rest_credential: str = ""
     rest_warehouse: str = ""
+    iceberg_rest_uri: str = ""
 
     def require(self, *fields: str) -> None:
         """Fail (local target) or skip (docker target) when a service this test needs is not configured."""
@@ -110,6 +124,7 @@ def services() -> Services:
         rest_uri=os.environ.get("FENCEDLAKE_IT_REST_URI", ""),
         rest_credential=os.environ.get("FENCEDLAKE_IT_REST_CREDENTIAL", ""),
         rest_warehouse=os.environ.get("FENCEDLAKE_IT_REST_WAREHOUSE", ""),
+        iceberg_rest_uri=os.environ.get("FENCEDLAKE_IT_ICEBERG_REST_URI", ""),
     )
 
 
@@ -192,6 +207,22 @@ def rest_properties(services: Services) -> dict[str, str]:
     if services.rest_warehouse:
         props["warehouse"] = services.rest_warehouse
     return props
+
+
+def iceberg_rest_properties(services: Services) -> dict[str, str]:
+    """pyiceberg ``RestCatalog`` properties of Iceberg's REST fixture (integration/services/iceberg_rest.sh).
+
+    The fixture vends the S3 keys with every table; the endpoint, region and path-style access are the
+    client's (they describe the S3 server as this process reaches it).
+    """
+    services.require("iceberg_rest_uri")
+    return {
+        "type": "rest",
+        "uri": services.iceberg_rest_uri,
+        "s3.endpoint": services.s3_endpoint,
+        "s3.region": services.aws_region,
+        "s3.path-style-access": "true",
+    }
 
 
 @pytest.fixture(scope="session")

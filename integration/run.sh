@@ -4,12 +4,14 @@
 #   integration/run.sh [pytest args...]        e.g. integration/run.sh integration/test_services.py -x
 #
 # FENCEDLAKE_IT_TARGET=local (default): bootstraps the venv, starts PostgreSQL, the S3
-#   server, Azurite (Azure Blob), fake-gcs-server (GCS) and the Iceberg REST test catalog on
+#   server, Azurite (Azure Blob), fake-gcs-server (GCS), the Iceberg REST test catalog and
+#   Apache Iceberg's own REST fixture (a JVM; jars from integration/jvm/fetch.sh, cached) on
 #   127.0.0.1 (integration/services/*.sh), exports their connection settings, runs pytest,
 #   and stops every service on any exit (success, failure or Ctrl-C). Ports: FENCEDLAKE_IT_
-#   PG_PORT (54329), S3_PORT (54330), REST_PORT (54331), AZURE_PORT (54332), GCS_PORT (54333);
-#   integration/test_connect.py and test_cluster.py start a Spark Connect server (CONNECT_PORT,
-#   54334) and a standalone cluster (MASTER_PORT, 54335, workers on the next two) themselves.
+#   PG_PORT (54329), S3_PORT (54330), REST_PORT (54331), AZURE_PORT (54332), GCS_PORT (54333),
+#   ICEBERG_REST_PORT (54338); integration/test_connect.py and test_cluster.py start a Spark
+#   Connect server (CONNECT_PORT, 54334) and a standalone cluster (MASTER_PORT, 54335, workers on
+#   the next two) themselves.
 #   FENCEDLAKE_IT_KEEP_SERVICES=1 leaves them running for a faster next run.
 # FENCEDLAKE_IT_TARGET=docker: starts nothing; expects FENCEDLAKE_IT_PG_URI,
 #   FENCEDLAKE_IT_S3_ENDPOINT, FENCEDLAKE_IT_S3_BUCKET and AWS_* from the environment
@@ -54,6 +56,7 @@ local)
             # Started by their test modules (test_connect.py, test_cluster.py); stopped here too after a crash.
             integration/services/connect.sh stop >/dev/null 2>&1 || true
             integration/services/cluster.sh stop >/dev/null 2>&1 || true
+            integration/services/iceberg_rest.sh stop || true
             integration/services/rest.sh stop || true
             integration/services/gcs.sh stop || true
             integration/services/azurite.sh stop || true
@@ -74,6 +77,7 @@ local)
     pw_enc="$("$PY" -c 'import os, urllib.parse; print(urllib.parse.quote(os.environ["FENCEDLAKE_IT_PG_PASSWORD"], safe=""))')"
     export FENCEDLAKE_IT_PG_URI="postgresql+psycopg2://$PG_USER:$pw_enc@127.0.0.1:$PG_PORT/$PG_DB"
     integration/services/rest.sh start
+    integration/services/iceberg_rest.sh start
     log "services up in $((SECONDS - t0)) s"
 
     export FENCEDLAKE_IT_S3_ENDPOINT="http://127.0.0.1:$S3_PORT"
@@ -82,6 +86,7 @@ local)
     export FENCEDLAKE_IT_GCS_ENDPOINT="http://127.0.0.1:${FENCEDLAKE_IT_GCS_PORT:-54333}"
     export FENCEDLAKE_IT_GCS_BUCKET="${FENCEDLAKE_IT_GCS_BUCKET:-fencedlake}"
     export FENCEDLAKE_IT_REST_URI="http://127.0.0.1:${FENCEDLAKE_IT_REST_PORT:-54331}"
+    export FENCEDLAKE_IT_ICEBERG_REST_URI="http://127.0.0.1:${FENCEDLAKE_IT_ICEBERG_REST_PORT:-54338}"
     # Test-only OAuth2 client of the REST test server (rest.sh uses the same defaults).
     export FENCEDLAKE_IT_REST_CREDENTIAL="${FENCEDLAKE_IT_REST_CLIENT_ID:-fencedlake}:${FENCEDLAKE_IT_REST_CLIENT_SECRET:-fencedlake-it-only}"
     # Google clients must never look for a GCE metadata server (a link-local address): the GCS

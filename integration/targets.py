@@ -7,6 +7,9 @@ options here, so a scenario is written once and runs on each:
 * ``rest-s3``  -- the Iceberg REST test catalog (integration/services/restcatalog.py) on
   that PostgreSQL; the client passes only the URI and its OAuth2 credential, the catalog
   vends the S3 properties the data files and the WAL use;
+* ``iceberg-rest-s3`` -- Apache Iceberg's own REST catalog (the iceberg-open-api test fixture,
+  integration/services/iceberg_rest.sh: Iceberg Java's RESTCatalogAdapter over a JdbcCatalog on
+  that PostgreSQL, S3FileIO on that S3); it vends the S3 keys, the client adds the endpoint;
 * ``pg-azure`` -- SqlCatalog on PostgreSQL, warehouse and WAL on Azure Blob (Azurite);
 * ``pg-gcs``   -- SqlCatalog on PostgreSQL, warehouse and WAL on GCS (fake-gcs-server).
 
@@ -22,18 +25,18 @@ from collections.abc import Mapping
 
 import pytest
 
-from integration.conftest import Services, gcs_io_properties, rest_properties
+from integration.conftest import Services, gcs_io_properties, iceberg_rest_properties, rest_properties
 
 __all__ = ["FULL", "TARGETS", "target_options", "targets_for"]
 
-TARGETS = ("pg-s3", "rest-s3", "pg-azure", "pg-gcs")
+TARGETS = ("pg-s3", "rest-s3", "iceberg-rest-s3", "pg-azure", "pg-gcs")
 FULL = os.environ.get("FENCEDLAKE_IT_FULL", "") == "1"
 
 #: Scenario -> the targets beyond ``pg-s3`` it runs on in the CI profile.
 _CI_EXTRA: Mapping[str, tuple[str, ...]] = {
-    "field-report": ("rest-s3", "pg-azure", "pg-gcs"),
+    "field-report": ("rest-s3", "iceberg-rest-s3", "pg-azure", "pg-gcs"),
     "kill-9": ("rest-s3", "pg-azure"),
-    "zombie": ("rest-s3", "pg-azure", "pg-gcs"),
+    "zombie": ("rest-s3", "iceberg-rest-s3", "pg-azure", "pg-gcs"),
     "lagging": ("rest-s3", "pg-azure"),
 }
 
@@ -63,6 +66,9 @@ def target_options(services: Services, target: str, tag: str | None = None) -> d
         services.require("rest_uri")
         rest = {f"catalog.{k}": v for k, v in rest_properties(services).items()}
         return {**table, **rest}
+    if target == "iceberg-rest-s3":
+        services.require("iceberg_rest_uri")
+        return {**table, **{f"catalog.{k}": v for k, v in iceberg_rest_properties(services).items()}}
     if target == "pg-azure":
         services.require("azure_connection_string", "azure_container")
         return {

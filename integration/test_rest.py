@@ -8,6 +8,10 @@
   after applying, the connection dropped after applying, silence past the hold time --
   ends in exactly one application of the write, found by lookup, never by a blind retry.
 * Tokens that expire between requests (419) are refreshed and the writes land.
+
+The naive baseline also runs through Apache Iceberg's own REST catalog (the iceberg-open-api
+test fixture, integration/services/iceberg_rest.sh), which has no fault hooks: the scenarios run
+on it as the ``iceberg-rest-s3`` target (integration/targets.py).
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from integration.conftest import Services
+from integration.conftest import Services, iceberg_rest_properties
 from integration.scenarios_support import attempt_write, ids_of, rows, table_ids, violations
 from integration.targets import target_options
 
@@ -55,6 +59,17 @@ def test_naive_pyiceberg_appends_through_rest_surface_409s_and_lose_writes(
 ) -> None:
     """16 writers x 2 plain ``table.append`` (pyiceberg's retry off) at once: CommitFailedExceptions reach
     the callers and only the other writes' rows are in the table (the field report's 409s)."""
+    _naive_appends_surface_409s(rest_catalog_properties)
+
+
+def test_naive_pyiceberg_appends_through_icebergs_rest_fixture_surface_409s_and_lose_writes(
+    services: Services,
+) -> None:
+    """The same through Apache Iceberg's own REST catalog (iceberg-open-api's fixture): its 409s too."""
+    _naive_appends_surface_409s(iceberg_rest_properties(services))
+
+
+def _naive_appends_surface_409s(rest_catalog_properties: dict[str, str]) -> None:
     from pyiceberg.catalog import load_catalog
     from pyiceberg.exceptions import CommitFailedException
 

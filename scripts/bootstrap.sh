@@ -5,6 +5,7 @@
 #   VENV=/tmp/venv-check scripts/bootstrap.sh
 #   PYTHON=python3.12 scripts/bootstrap.sh   # interpreter used to create the venv
 #   FORCE=1 scripts/bootstrap.sh             # reinstall even if nothing changed
+#   PIP_CONSTRAINT=pins.txt scripts/bootstrap.sh   # pip's constraint file (pins; part of the stamp)
 #
 # Idempotent and fast when nothing changed: a stamp file inside the venv records a
 # hash of setup.cfg + pyproject.toml + the interpreter version; when it matches and
@@ -35,6 +36,11 @@ exec 9>"$VENV.bootstrap.lock"
 flock 9
 
 want="$(cat setup.cfg pyproject.toml | sha256sum | cut -d' ' -f1) python-$PYVER extras-$EXTRAS"
+# A pip constraint file (integration/interop/run.sh pins the interop venv's pyspark with one) is part of the stamp.
+if [ -n "${PIP_CONSTRAINT:-}" ]; then
+    [ -f "$PIP_CONSTRAINT" ] || die "PIP_CONSTRAINT=$PIP_CONSTRAINT is not a file"
+    want="$want constraints-$(sha256sum <"$PIP_CONSTRAINT" | cut -c1-16)"
+fi
 
 if [ "${FORCE:-0}" != 1 ] && [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$want" ] \
     && "$VENV/bin/python" -c 'import importlib.metadata as m, importlib.util as u, sys

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # THE test command: `make test` runs it and CI runs `make test` (.ci/run).
 #
-#   scripts/test.sh                    all stages: unit wheel integration bench
+#   scripts/test.sh                    all stages: unit wheel integration interop bench
 #   scripts/test.sh unit               only `pytest tests`
 #   scripts/test.sh integration bench  any subset, in the given order
 #
@@ -12,6 +12,10 @@
 #                                                   streaming writes through real Spark, read back)
 #   integration  integration/run.sh                (starts PostgreSQL + S3 on 127.0.0.1,
 #                                                   pytest integration, stops them)
+#   interop      integration/interop/run.sh        (Apache Iceberg's Java implementation beside us: pinned
+#                                                   jars from Maven Central, a venv with the pyspark they
+#                                                   match, the same services; CI-sized,
+#                                                   FENCEDLAKE_INTEROP_FULL=1 for the full run)
 #   bench        python -m benchmarks.run --quick  (smoke run, only if benchmarks/run.py
 #                                                   exists; fails on an exception, never
 #                                                   on a wall-clock number)
@@ -45,7 +49,7 @@ OUT="$(mktemp -d "${TMPDIR:-/tmp}/fencedlake-test.XXXXXX")"
 trap 'rm -rf "$OUT"' EXIT
 
 stages=("$@")
-[ "${#stages[@]}" -gt 0 ] || stages=(unit wheel integration bench)
+[ "${#stages[@]}" -gt 0 ] || stages=(unit wheel integration interop bench)
 
 names=() results=() secs=() counts=()
 failed=0
@@ -100,6 +104,9 @@ for stage in "${stages[@]}"; do
     integration)
         run_stage integration "$OUT/integration.xml" integration/run.sh integration --junitxml="$OUT/integration.xml"
         ;;
+    interop)
+        run_stage interop "$OUT/interop.xml" integration/interop/run.sh integration/interop --junitxml="$OUT/interop.xml"
+        ;;
     bench)
         if [ -f benchmarks/run.py ]; then
             run_stage bench - "$PY" -m benchmarks.run --quick
@@ -109,7 +116,7 @@ for stage in "${stages[@]}"; do
         fi
         ;;
     *)
-        log "unknown stage '$stage' (want: unit wheel integration bench)"
+        log "unknown stage '$stage' (want: unit wheel integration interop bench)"
         names+=("$stage") results+=("FAILED (unknown stage)") secs+=(0) counts+=("")
         failed=1
         ;;
