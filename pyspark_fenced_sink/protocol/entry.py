@@ -16,13 +16,17 @@ Entry kinds:
   damaged (``fencedlake skip``), with the operator's reason;
 * ``publish`` — fast-forward main to a branch (``fencedlake publish``).
 
+An ``upsert`` data entry (PROTOCOL.md §5.4) also carries its key and order
+columns (``protocol.upsert.UpsertSpec``) and its delete-key files.
+
 Format compatibility: entries are written with format version 2 unless they use
 a field added in version 3 (a write mode other than append/overwrite, a
 partition set, a row filter, a branch, snapshot properties, a publish entry,
 compaction inputs), so
 a fleet that upgrades writer by writer keeps working for plain appends; a
 version-2 reader refuses a version-3 entry with an upgrade hint instead of
-misreading it (e.g. applying a branch write to main). Version 3 readers read both.
+misreading it (e.g. applying a branch write to main). Upsert entries are
+version 4: a reader of 2 and 3 refuses them the same way. Version 4 readers read all three.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from typing import Any
 from pyspark_fenced_sink.errors import CorruptControlDataError
 from pyspark_fenced_sink.protocol.codec import MALFORMED, dumps, loads_versioned
 from pyspark_fenced_sink.protocol.layout import seq_of
+from pyspark_fenced_sink.protocol.upsert import UpsertSpec
 
 __all__ = [
     "FILE_PARTITION_KEY",
@@ -57,9 +62,11 @@ __all__ = [
 ]
 
 
-FORMAT_VERSION = 3
+FORMAT_VERSION = 4
 #: Entries that use nothing of version 3 are written as version 2 (readable by older fencedlake).
 _BASE_VERSION = 2
+#: Entries of version 3: write modes, branches, properties, publish, compaction (not upserts).
+_MODES_VERSION = 3
 TOKEN_CHARS = 12  # the prefix of an owner token recorded in snapshot summaries
 #: The keys of an encoded data file that the protocol itself reads; the rest of the
 #: encoding belongs to the Iceberg adapter (``iceberg.datafiles``).
@@ -88,7 +95,8 @@ class WriteMode(str, Enum):
     time, by ``protocol.replace.removals``. Reconciliation starts a new commit
     before an applied entry that replaces rows (:attr:`replaces_rows`), and only
     appends to the same branch with the same snapshot properties join a commit
-    after its first applied entry, if that entry takes them (:attr:`takes_appends`).
+    after its first applied entry, if that entry takes them (:attr:`takes_appends`);
+    upserts join a commit of appends and upserts the same way (:attr:`merges_keys`).
 
     * ``APPEND`` adds files;
     * ``OVERWRITE`` removes every live file of the branch (static overwrite);
@@ -97,7 +105,9 @@ class WriteMode(str, Enum):
       and is refused if a live file has rows on both sides of it;
     * ``PUBLISH`` fast-forwards main to the entry's branch (``publish`` entries);
     * ``COMPACT`` replaces the entry's input files (``WalEntry.inputs``) by its files, rows unchanged
-      (a ``replace`` snapshot), and is refused unless every input is still live; it commits alone.
+      (a ``replace`` snapshot), and is refused unless every input is still live; it commits alone;
+    * ``UPSERT`` adds its files and deletes, by position, the rows that lose per key
+      (``protocol.upsert``); appends and other upserts join its commit, and it joins an append's.
     """
 
     APPEND = "append"
@@ -106,6 +116,7 @@ class WriteMode(str, Enum):
     REPLACE_WHERE = "filter"
     PUBLISH = "publish"
     COMPACT = "compact"
+    UPSERT = "upsert"
 
     @property
     def replaces_rows(self) -> bool:
@@ -116,6 +127,11 @@ class WriteMode(str, Enum):
     def takes_appends(self) -> bool:
         """True if appends after an entry of this mode may join its catalog commit."""
         return self not in (WriteMode.PUBLISH, WriteMode.COMPACT)
+
+    @property
+    def merges_keys(self) -> bool:
+        """True for modes whose commits apply upserts (appends and upserts, in WAL order)."""
+        return self in (WriteMode.APPEND, WriteMode.UPSERT)
 
 
 @dataclass(frozen=True)
@@ -148,6 +164,9 @@ class WalEntry:
             None is main.
         properties: Snapshot properties for the commit that applies the entry, as sorted (key, value) pairs.
         inputs: ``COMPACT``: the paths of the data files the entry's files replace, sorted.
+        folded: ``COMPACT``: the paths of the position delete files it folds into its files, sorted.
+        upsert: ``UPSERT``: the key and order columns.
+        deletes: ``UPSERT``: its delete-key files (encoded like ``files``; ``protocol.upsert``).
     """
 
     kind: EntryKind
@@ -173,6 +192,9 @@ class WalEntry:
     branch: str | None = None
     properties: tuple[tuple[str, str], ...] = ()
     inputs: tuple[str, ...] = ()
+    folded: tuple[str, ...] = ()
+    upsert: UpsertSpec | None = None
+    deletes: tuple[Mapping[str, Any], ...] = ()
 
     def __post_init__(self) -> None:
         # Callers may pass the enums' string values (``mode="overwrite"``); store the enums.
@@ -191,6 +213,11 @@ class WalEntry:
         return replace(self, token=token)
 
 
+def _uses_version_4(entry: WalEntry) -> bool:
+    """True if the entry is an upsert (or folds delete files): readers of version 3 would misapply it."""
+    return bool(entry.mode is WriteMode.UPSERT or entry.upsert is not None or entry.deletes or entry.folded)
+
+
 def _uses_version_3(entry: WalEntry) -> bool:
     """True if the entry carries anything a format-2 reader would misread or drop."""
     return bool(
@@ -206,7 +233,7 @@ def _uses_version_3(entry: WalEntry) -> bool:
 
 def encode_entry(entry: WalEntry) -> bytes:
     """Serialize an entry (compact JSON, format-versioned: 2 unless it needs 3)."""
-    version = FORMAT_VERSION if _uses_version_3(entry) else _BASE_VERSION
+    version = FORMAT_VERSION if _uses_version_4(entry) else _MODES_VERSION if _uses_version_3(entry) else _BASE_VERSION
     body: dict[str, Any] = {"v": version, "kind": entry.kind.value, "token": entry.token, "writer": entry.writer}
     optional = {
         "ephemeral": entry.ephemeral or None,
@@ -229,6 +256,9 @@ def encode_entry(entry: WalEntry) -> bytes:
         "branch": entry.branch,
         "props": dict(entry.properties) or None,
         "inputs": list(entry.inputs) or None,
+        "folded": list(entry.folded) or None,
+        "upsert": None if entry.upsert is None else entry.upsert.encode(),
+        "deletes": list(entry.deletes) or None,
     }
     body.update({k: v for k, v in optional.items() if v is not None})
     return dumps(body).encode()
@@ -237,7 +267,8 @@ def encode_entry(entry: WalEntry) -> bytes:
 def decode_entry(data: bytes, key: str = "?") -> WalEntry:
     """Parse an entry; raise CorruptControlDataError naming ``key`` if it is not one."""
     try:
-        body = loads_versioned(data, (_BASE_VERSION, FORMAT_VERSION), f"WAL object {key}")
+        body = loads_versioned(data, (_BASE_VERSION, _MODES_VERSION, FORMAT_VERSION), f"WAL object {key}")
+        upsert = body.get("upsert")
         mode = WriteMode(body.get("mode", WriteMode.APPEND.value))
         return WalEntry(
             kind=EntryKind(body["kind"]),
@@ -263,6 +294,9 @@ def decode_entry(data: bytes, key: str = "?") -> WalEntry:
             branch=None if body.get("branch") is None else str(body["branch"]),
             properties=_property_pairs(body.get("props")),
             inputs=_path_tuple(body.get("inputs")),
+            folded=_path_tuple(body.get("folded"), "folded"),
+            upsert=None if upsert is None else UpsertSpec.decode(upsert),
+            deletes=_file_tuple(body.get("deletes")),
         )
     except MALFORMED as e:
         seq = seq_of(key)
@@ -298,12 +332,12 @@ def _partition_tuple(value: Any) -> tuple[tuple[str | None, ...], ...]:
     return tuple(tuple(p) for p in value)
 
 
-def _path_tuple(value: Any) -> tuple[str, ...]:
-    """The ``inputs`` field: a JSON list of file paths, or absent."""
+def _path_tuple(value: Any, name: str = "inputs") -> tuple[str, ...]:
+    """The ``inputs`` (or ``folded``) field: a JSON list of file paths, or absent."""
     if value is None:
         return ()
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise ValueError(f"'inputs' must be a list of file paths, found {json.dumps(value)[:80]}")
+        raise ValueError(f"'{name}' must be a list of file paths, found {json.dumps(value)[:80]}")
     return tuple(value)
 
 

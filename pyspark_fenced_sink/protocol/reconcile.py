@@ -38,9 +38,11 @@ only ``APPLIED`` data and publish entries change the table. Every catalog
 commit targets one branch (PROTOCOL.md §5.1): its first applied entry (the
 *head*) decides the branch, the snapshot properties and the mode; after it, only
 appends to the same branch with the same snapshot properties join, and only if
-the head takes them (a publish and a compaction take none). Any other applied entry starts the
+the head takes them (a publish and a compaction take none); upserts join a commit
+of appends and upserts the same way (its mode is then ``UPSERT``: the catalog side
+applies them in WAL order, PROTOCOL.md §5.4). Any other applied entry starts the
 next commit, so a commit is one append, or one atomic replace followed by the
-appends that come after it in WAL order, on one branch.
+appends that come after it in WAL order, or a run of appends and upserts, on one branch.
 """
 
 from __future__ import annotations
@@ -49,13 +51,24 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, replace
 from enum import Enum
 from types import MappingProxyType
+from typing import Any
 
 from pyspark_fenced_sink.options import COMMIT_MAX_GROUP_SIZE_DEFAULT
 from pyspark_fenced_sink.protocol.batches import BatchIds
 from pyspark_fenced_sink.protocol.state import CommittedState, WriterState
+from pyspark_fenced_sink.protocol.upsert import remember_deletes
 from pyspark_fenced_sink.protocol.wal import MAIN_BRANCH, EntryKind, WalEntry, WriteMode
 
-__all__ = ["Decision", "Outcome", "Position", "ReconcilePlan", "position", "reconcile", "transition"]
+__all__ = [
+    "Decision",
+    "Outcome",
+    "Position",
+    "ReconcilePlan",
+    "position",
+    "reconcile",
+    "remembered",
+    "transition",
+]
 
 
 class Position(str, Enum):
@@ -121,8 +134,9 @@ class ReconcilePlan:
         state: The state after the commit (upper past every decided position).
         decisions: One per reconciled position, from ``base.upper`` on.
         apply: Positions whose files the commit adds.
-        mode: The mode of the commit's first applied entry (``APPEND`` if none applies);
-            at most one entry per plan replaces rows, always the first applied.
+        mode: The mode of the commit's first applied entry (``APPEND`` if none applies), or
+            ``UPSERT`` when upserts joined appends; apart from upserts, at most one entry per plan
+            replaces rows, always the first applied.
         stop: Why the plan ends: ``tail`` (no next entry), ``gap`` (a position is missing
             while later ones exist), ``next-commit`` (the next applied entry cannot join this
             commit: it replaces rows, writes to another branch or carries other snapshot
@@ -247,14 +261,27 @@ def transition(
     return expired_before
 
 
+def remembered(
+    tombstones: tuple[Mapping[str, Any], ...], entry: WalEntry, outcome: Outcome
+) -> tuple[Mapping[str, Any], ...]:
+    """The committed tombstone list after ``entry`` was decided ``outcome`` (PROTOCOL.md §5.4).
+
+    Like :func:`transition`, the one place a decision changes it; ``fencedlake repair-state`` replays it.
+    """
+    if outcome is not Outcome.APPLIED or entry.mode is not WriteMode.UPSERT:
+        return tombstones
+    return remember_deletes(
+        tombstones, entry.upsert, entry.deletes, on_main=entry.target == MAIN_BRANCH, created_ms=entry.created_ms
+    )
+
+
 def _joins(head: WalEntry, entry: WalEntry) -> bool:
     """True if applied ``entry`` may join the commit whose first applied entry is ``head``."""
-    return (
-        head.mode.takes_appends
-        and entry.mode is WriteMode.APPEND
-        and entry.target == head.target
-        and entry.properties == head.properties
-    )
+    if entry.target != head.target or entry.properties != head.properties:
+        return False
+    if entry.mode is WriteMode.APPEND:
+        return head.mode.takes_appends
+    return entry.mode is WriteMode.UPSERT and head.mode.merges_keys
 
 
 def reconcile(
@@ -279,6 +306,7 @@ def reconcile(
     refused = refused or {}
     writers = dict(state.writers)
     expired_before = state.expired_before
+    tombstones = state.tombstones
     decisions: list[Decision] = []
     apply: list[int] = []
     head: WalEntry | None = None
@@ -298,14 +326,15 @@ def reconcile(
             stop = "next-commit"
             break
         expired_before = transition(writers, expired_before, seq, entry, outcome)
+        tombstones = remembered(tombstones, entry, outcome)
         decisions.append(Decision(seq, entry.token, entry.writer, outcome, detail))
         if applies:
             head = head or entry
             apply.append(seq)
         seq += 1
-    new_state = replace(state, upper=seq, writers=writers, expired_before=expired_before)
+    new_state = replace(state, upper=seq, writers=writers, expired_before=expired_before, tombstones=tombstones)
     if head is None:
         return ReconcilePlan(state, new_state, tuple(decisions), (), WriteMode.APPEND, stop)
-    return ReconcilePlan(
-        state, new_state, tuple(decisions), tuple(apply), head.mode, stop, head.target, head.properties
-    )
+    upserts = any(entries[s].mode is WriteMode.UPSERT for s in apply)
+    mode = WriteMode.UPSERT if upserts else head.mode
+    return ReconcilePlan(state, new_state, tuple(decisions), tuple(apply), mode, stop, head.target, head.properties)

@@ -30,13 +30,13 @@ table's data at one version, so it is committed before it is reported.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 
 from pyspark_fenced_sink.protocol.wal import MAIN_BRANCH, WalEntry, WriteMode
 
-__all__ = ["EntryRefused", "LiveFile", "Match", "Refusals", "check_fast_forward", "removals"]
+__all__ = ["EntryRefused", "LiveFile", "Match", "Refusals", "check_fast_forward", "check_folded", "removals"]
 
 
 class Match(str, Enum):
@@ -144,6 +144,24 @@ def _compaction_inputs(entry: WalEntry, live: Sequence[LiveFile]) -> list[LiveFi
             "as they are. Run the compaction again"
         )
     return [by_path[p] for p in entry.inputs]
+
+
+def check_folded(entry: WalEntry, applying: Collection[str]) -> None:
+    """A compaction may apply only if the delete files applying to its inputs now are ones it folded.
+
+    Its outputs hold the inputs' rows as they were with the folded deletes applied; a delete added to
+    an input since (an upsert applied meanwhile) would be lost, its deleted rows brought back.
+
+    Raises:
+        EntryRefused: a delete file applies to an input that the compaction did not fold.
+    """
+    extra = sorted(set(applying) - set(entry.folded))
+    if extra:
+        raise EntryRefused(
+            f"compaction is refused: delete file {extra[0]} applies to one of its inputs and was added after the "
+            "compaction read them (an upsert or a delete applied meanwhile); its rewrite would bring deleted rows "
+            "back. Nothing was changed; run it again"
+        )
 
 
 def check_fast_forward(

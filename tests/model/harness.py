@@ -67,6 +67,7 @@ from pyspark_fenced_sink.protocol.wal import (
 )
 from pyspark_fenced_sink.store.memory import MemoryStore
 
+from . import upsert_oracle, upserts
 from .memory_port import NAME, MemoryCatalog, MemoryTable, MemoryTablePort
 from .oracle import replay
 from .sched import Scheduler
@@ -334,8 +335,9 @@ def compact_process(env: Env, name: str, delay: float) -> None:
         table = env.catalog.tables.get(NAME)
         if table is None or table.uuid != view.table_uuid:
             return
-        with table.lock:  # planning: the files live on main now
+        with table.lock:  # planning: the files live on main now, and their deletes
             live = list(table.files)
+            deletes = dict(table.deletes.get(MAIN_BRANCH, {}))
         parts = sorted({int(f["part"]) for f in live})
         if parts:
             break
@@ -349,13 +351,15 @@ def compact_process(env: Env, name: str, delay: float) -> None:
     tag = _tag(ctx, ident.writer, True, None, ident.opened, None)
     out_name = FileTag(tag.writer, True, None, tag.opened, None, 0, 0, table=tag.table).file_name()
     lo, hi = min(int(f["lo"]) for f in inputs), max(int(f["hi"]) for f in inputs)
+    rows, folded = upserts.compacted(deletes, inputs)
     out = {
         **env.encode_file(out_name, f"{write.key}#0", part, lo, hi),
         "keys": sorted(k for f in inputs for k in keys_of(f)),
+        **({"rows": rows} if rows else {}),
     }
     env.disk[str(out["p"])] = FileTag.parse(out_name) or tag
     paths = [encoded_path(f) for f in inputs]
-    entry = data_entry(ident, [out], mode=WriteMode.COMPACT, spec_id=view.spec_id, inputs=paths)
+    entry = data_entry(ident, [out], mode=WriteMode.COMPACT, spec_id=view.spec_id, inputs=paths, folded=folded)
     _run_write(env, write, entry, ctx)
 
 
@@ -582,6 +586,7 @@ def build_schedule(env: Env) -> None:
     if env.features and feat.random() < 0.3:
         delay = feat.uniform(0.05, 0.6)
         spawn("publish", lambda: publish_process(env, "publish", delay))
+    upserts.spawn(env, spawn)
     if env.features and feat.random() < 0.5:
         for c in range(feat.randint(1, 2)):
             delay = feat.uniform(0.1, 1.0)
@@ -712,6 +717,7 @@ def coverage(env: Env, finals: list[Final]) -> Counter[str]:
     c["ambiguous puts injected"] += env.injected["put"]
     c["unknown commits injected"] += env.injected["commit"]
     c["damaged objects skipped"] += env.injected["damaged objects"]
+    c.update(upserts.coverage(env, finals))
     return c
 
 
@@ -819,8 +825,10 @@ def _check_table(env: Env, final: Final, writes: list[Write], key_table: Mapping
     }
     for key in sorted(keys - applied_keys):
         v.append(f"model: {name}: {key} is in the table but no applied entry carries it")
-    # I1/I9: every branch holds exactly what replaying the applied entries in WAL order gives.
-    v.extend(replay(t, outcome_at, by_token))
+    # I1/I9: every branch holds exactly what replaying the applied entries in WAL order gives (rows too).
+    rows = upsert_oracle.RowOracle()
+    v.extend(replay(t, outcome_at, by_token, rows))
+    v.extend(rows.compare(t, outcome_at, by_token))
     for w in writes:
         if w.entry is None:
             continue

@@ -31,6 +31,8 @@ from pyspark_fenced_sink.protocol.state import CommitRecord, CommittedState
 from pyspark_fenced_sink.protocol.view import TableView
 from pyspark_fenced_sink.protocol.wal import MAIN_BRANCH, WalEntry, WriteMode
 
+from . import upserts
+
 LOCATION = "mem://warehouse/model/table"
 NAME = "model.table"
 
@@ -64,6 +66,8 @@ class MemoryTable:
     lineage: dict[int, tuple[int | None, bool]] = field(default_factory=dict)
     history: list[tuple[int, str, tuple[Mapping[str, Any], ...]]] = field(default_factory=list)
     commits: dict[int, tuple[str, tuple[tuple[str, str], ...]]] = field(default_factory=dict)
+    #: Position delete files per branch: delete path -> (data path, positions) (``upserts``).
+    deletes: dict[str, dict[str, tuple[str, frozenset[int]]]] = field(default_factory=dict)
 
     def live(self, branch: str) -> Files:
         """The live files of ``branch`` (a branch that does not exist yet would fork main)."""
@@ -111,6 +115,7 @@ def apply_plan(t: MemoryTable, plan: ReconcilePlan, entries: Mapping[int, WalEnt
             raise EntryRefused(e.reason, plan.head) from e
         files, changed = list(t.branches[source]), False
         t.heads[MAIN_BRANCH] = target
+        t.deletes[MAIN_BRANCH] = dict(upserts.branch_deletes(t, source))
     else:
         live = live_files(t, branch, head) if head is not None and plan.mode.replaces_rows else t.live(branch)
         doomed: set[str] = set()
@@ -123,8 +128,11 @@ def apply_plan(t: MemoryTable, plan: ReconcilePlan, entries: Mapping[int, WalEnt
                 doomed = {x.path for x in rules.removals(head, described, classify)}
             except EntryRefused as e:
                 raise EntryRefused(e.reason, plan.head) from e
+        rows = upserts.row_changes(t, plan, entries, branch, t.live(branch))
         files = [f for f in t.live(branch) if str(f["p"]) not in doomed] + added
-        changed = bool(added or doomed)
+        changed = bool(added or doomed or rows.added)
+        deletes = {k: v for k, v in upserts.branch_deletes(t, branch).items() if k not in rows.removed}
+        t.deletes[branch] = {**deletes, **rows.added}
         if branch != MAIN_BRANCH and branch not in t.branches:
             if t.heads[MAIN_BRANCH] is None:  # an empty table: main gets an empty snapshot to fork from
                 t.snapshot(MAIN_BRANCH, False)
