@@ -61,6 +61,9 @@ OVERWRITE_MODE = "overwrite-mode"
 OVERWRITE_MODE_DEFAULT = "static"
 OVERWRITE_MODES = ("static", "dynamic")
 REPLACE_WHERE = "replace-where"
+UPSERT_KEYS = "upsert-keys"
+UPSERT_ORDER = "upsert-order"
+UPSERT_DELETE_WHERE = "upsert-delete-where"
 BRANCH = "branch"
 SNAPSHOT_PROPERTY_PREFIX = "snapshot-property."
 # Reads (Iceberg's Spark read option names). Split sizing defaults come from the table's read.split.* properties.
@@ -95,6 +98,9 @@ _KNOWN = frozenset(
         TEST_FAILPOINTS,
         OVERWRITE_MODE,
         REPLACE_WHERE,
+        UPSERT_KEYS,
+        UPSERT_ORDER,
+        UPSERT_DELETE_WHERE,
         BRANCH,
     }
 )
@@ -223,6 +229,9 @@ class SinkOptions:
         branch: The branch to write (None: main).
         snapshot_properties: ``snapshot-property.<key>`` options: summary properties of the commit
             that applies the write.
+        upsert_keys: ``upsert-keys``: the key columns as given (None: the table's identifier fields).
+        upsert_order: ``upsert-order``: the column whose greatest value wins per key, if any.
+        upsert_delete_where: ``upsert-delete-where``: the filter of rows that delete their key, if any.
     """
 
     table: str
@@ -240,6 +249,14 @@ class SinkOptions:
     replace_where: str | None = None
     branch: str | None = None
     snapshot_properties: Mapping[str, str] = field(default_factory=dict)
+    upsert_keys: tuple[str, ...] | None = None
+    upsert_order: str | None = None
+    upsert_delete_where: str | None = None
+
+    @property
+    def upsert(self) -> bool:
+        """True if the write upserts by key (any ``upsert-*`` option given; PROTOCOL.md §5.4)."""
+        return bool(self.upsert_keys or self.upsert_order or self.upsert_delete_where)
 
     def __repr__(self) -> str:
         return (
@@ -251,8 +268,17 @@ class SinkOptions:
         """The write mode's value (``protocol.wal.WriteMode``) for a write Spark says overwrites or not.
 
         Raises:
-            InvalidOptionsError: ``overwrite-mode`` or ``replace-where`` on a write that appends.
+            InvalidOptionsError: ``overwrite-mode`` or ``replace-where`` on a write that appends; an
+                ``upsert-*`` option on a write that overwrites.
         """
+        if self.upsert:
+            if overwrite:
+                raise InvalidOptionsError(
+                    f"options {UPSERT_KEYS}/{UPSERT_ORDER}/{UPSERT_DELETE_WHERE} upsert by key and apply to writes "
+                    'that append (batch .mode("append"), streaming .outputMode("append")), but this write '
+                    "overwrites: drop the upsert options or append"
+                )
+            return "upsert"
         if not overwrite:
             given = [k for k, v in ((OVERWRITE_MODE, self.overwrite_mode), (REPLACE_WHERE, self.replace_where)) if v]
             if given:
@@ -331,6 +357,11 @@ def _overwrite_options(opts: Mapping[str, str]) -> tuple[str | None, str | None]
             f"options {REPLACE_WHERE} and {OVERWRITE_MODE}=dynamic conflict: replace-where replaces the rows its "
             "filter matches, dynamic overwrite the partitions the write touches; give one"
         )
+    return mode, _filter_syntax(REPLACE_WHERE, where)
+
+
+def _filter_syntax(key: str, where: str) -> str:
+    """``where`` if it parses as an Iceberg filter (its columns are bound at planning)."""
     from pyiceberg.expressions.parser import parse
 
     try:
@@ -339,10 +370,39 @@ def _overwrite_options(opts: Mapping[str, str]) -> tuple[str | None, str | None]
         column = getattr(e, "col", None)
         near = f"a syntax error at column {column} ({where[column - 1 :][:20]!r})" if column else type(e).__name__
         raise InvalidOptionsError(
-            f"option {REPLACE_WHERE}={where!r} is not a valid filter: {near}; expected Iceberg's filter syntax, "
+            f"option {key}={where!r} is not a valid filter: {near}; expected Iceberg's filter syntax, "
             "e.g. \"ts >= '2026-01-01' AND region = 'eu'\", \"id BETWEEN 1 AND 9\", \"code IN ('a', 'b')\""
         ) from None
-    return mode, where
+    return where
+
+
+def _upsert_options(opts: Mapping[str, str]) -> tuple[tuple[str, ...] | None, str | None, str | None]:
+    """``upsert-keys`` (comma-separated names), ``upsert-order`` and ``upsert-delete-where`` (syntax only here)."""
+    keys = None
+    raw = opts.get(UPSERT_KEYS)
+    if raw is not None:
+        keys = tuple(k.strip() for k in raw.split(","))
+        if not all(keys) or len({k.lower() for k in keys}) != len(keys):
+            raise InvalidOptionsError(
+                f"option {UPSERT_KEYS}={raw!r} is invalid: expected distinct column names separated by commas, "
+                'e.g. "id" or "tenant, id"'
+            )
+    order = opts.get(UPSERT_ORDER)
+    if order is not None and not order.strip():
+        raise InvalidOptionsError(f"option {UPSERT_ORDER} is empty: expected a column name such as updated_at")
+    where = opts.get(UPSERT_DELETE_WHERE)
+    if where is not None and not where.strip():
+        raise InvalidOptionsError(f"option {UPSERT_DELETE_WHERE} is empty: expected a filter such as \"op = 'D'\"")
+    given = [k for k in (REPLACE_WHERE, OVERWRITE_MODE) if opts.get(k) is not None]
+    if given and (raw is not None or order is not None or where is not None):
+        raise InvalidOptionsError(
+            f"options {given[0]} and upsert-* conflict: a write either overwrites or upserts by key; give one"
+        )
+    return (
+        keys,
+        None if order is None else order.strip(),
+        None if where is None else _filter_syntax(UPSERT_DELETE_WHERE, where),
+    )
 
 
 def _branch(opts: Mapping[str, str]) -> str | None:
@@ -427,6 +487,7 @@ def parse_options(options: Mapping[str, str], *, streaming: bool = False) -> Sin
         except ValueError as e:
             raise InvalidOptionsError(f"option {TEST_FAILPOINTS} is invalid: {e}") from e
     overwrite_mode, replace_where = _overwrite_options(opts)
+    upsert_keys, upsert_order, upsert_delete_where = _upsert_options(opts)
     return SinkOptions(
         table=_table_name(opts),
         catalog=catalog,
@@ -444,6 +505,9 @@ def parse_options(options: Mapping[str, str], *, streaming: bool = False) -> Sin
         replace_where=replace_where,
         branch=_branch(opts),
         snapshot_properties=_snapshot_properties(opts),
+        upsert_keys=upsert_keys,
+        upsert_order=upsert_order,
+        upsert_delete_where=upsert_delete_where,
     )
 
 

@@ -139,6 +139,10 @@ def resolve_table(catalog: Any, opts: SinkOptions, spark_schema: Any) -> Any:
                 f"table {opts.table} does not exist and create-table=false: create it first or drop the option"
             ) from None
         schema = iceberg_schema_from_spark(spark_schema)
+        if opts.upsert and opts.upsert_keys:  # an upsert creates its keys as the table's identifier fields
+            from pyspark_fenced_sink.iceberg.upsert_plan import with_identifier_fields
+
+            schema = with_identifier_fields(schema, opts.upsert_keys, opts.table)
         spec = parse_partition_by(opts.partition_by, schema)
         validate_write_properties(opts.table_properties)  # executors would fail after the table exists
         _ensure_namespace(catalog, tuple(opts.table.split(".")[:-1]))
@@ -166,7 +170,9 @@ def resolve_table(catalog: Any, opts: SinkOptions, spark_schema: Any) -> Any:
                     "drop the option or evolve the table's partition spec"
                 )
     for _ in range(10):
-        plan = check_write_schema(spark_schema, table.schema(), merge_schema=opts.merge_schema)
+        plan = check_write_schema(
+            spark_schema, table.schema(), merge_schema=opts.merge_schema, nulls_checked_per_row=opts.upsert
+        )
         if not plan.additions:
             return table
         try:

@@ -11,7 +11,8 @@ without an offset is UTC.
   problem is an ``InvalidOptionsError`` before anything runs.
 * :func:`row_violations` — executors: the rows of an Arrow batch that do not
   satisfy the filter (false or null), with pyiceberg's own complement (the one
-  its copy-on-write delete keeps rows with).
+  its copy-on-write delete keeps rows with); :func:`split_rows` splits a batch
+  into those and the rest (an upsert's delete rows, PROTOCOL.md §5.4).
 * :func:`file_matcher` — the catalog side: where a data file stands against
   the filter (``Match.ALL`` / ``NONE`` / ``SOME``), from the strict and
   inclusive projections of the filter onto the file's partition spec and the
@@ -61,7 +62,7 @@ from pyiceberg.types import IcebergType, TimestampType, TimestamptzType
 from pyspark_fenced_sink.errors import InvalidOptionsError
 from pyspark_fenced_sink.protocol.replace import Match
 
-__all__ = ["bind_row_filter", "file_matcher", "filter_columns", "row_violations"]
+__all__ = ["bind_row_filter", "file_matcher", "filter_columns", "row_violations", "split_rows"]
 
 _DATE_ONLY = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 _OFFSET = re.compile(r"(Z|[+-]\d{2}:?\d{2})$")
@@ -165,6 +166,12 @@ def row_violations(batch: pa.RecordBatch, text: str, schema_json: str) -> pa.Rec
     ``schema_json`` is the table schema (``Schema.model_dump_json()``) the filter binds to.
     """
     return batch.filter(_complement(text, schema_json))
+
+
+def split_rows(batch: pa.RecordBatch, text: str, schema_json: str) -> tuple[pa.RecordBatch, pa.RecordBatch]:
+    """(rows where the filter is false or null, rows where it is true) of ``batch`` (``upsert-delete-where``)."""
+    complement = _complement(text, schema_json)
+    return batch.filter(complement), batch.filter(~complement)  # type: ignore[operator]
 
 
 @functools.lru_cache(maxsize=32)

@@ -54,6 +54,7 @@ from pyspark_fenced_sink.iceberg.datafiles import decode_data_file, encode_parti
 from pyspark_fenced_sink.iceberg.manifests import append_producer
 from pyspark_fenced_sink.iceberg.rewrite import compaction_producer
 from pyspark_fenced_sink.iceberg.row_filter import file_matcher
+from pyspark_fenced_sink.iceberg.upsert_apply import upsert_producer
 from pyspark_fenced_sink.protocol.commit import CommitConflict, CommitUnknown
 from pyspark_fenced_sink.protocol.reconcile import ReconcilePlan
 from pyspark_fenced_sink.protocol.replace import EntryRefused, LiveFile, check_fast_forward, removals
@@ -228,16 +229,16 @@ class IcebergTablePort:
         head = entries[plan.head] if plan.head is not None else None
         staged = None
         try:
-            staged = StagedCommit(_LeanTransaction(table), table, plan.branch, summary)
+            staged = StagedCommit(_LeanTransaction(table), table, plan, entries, summary)
             producer = _PRODUCERS[plan.mode](staged, head)
         except EntryRefused as e:
             if staged is not None:
                 staged.cleanup()
-            raise EntryRefused(e.reason, plan.head) from e
+            raise EntryRefused(e.reason, plan.head if e.seq is None else e.seq) from e
         for data_file in added:
             producer.append_data_file(data_file)
         staged.finish(producer)
-        staged.tx.set_properties({STATE_PROPERTY: plan.state.encode()})
+        staged.tx.set_properties({STATE_PROPERTY: staged.state.encode()})
         failpoints.hit("commit.after-manifests-written")
         requirements = (
             *staged.requirements(),
@@ -374,4 +375,5 @@ _PRODUCERS: dict[WriteMode, Callable[[StagedCommit, WalEntry | None], Any]] = {
     WriteMode.REPLACE_WHERE: _replace,
     WriteMode.PUBLISH: _publish,
     WriteMode.COMPACT: compaction_producer,
+    WriteMode.UPSERT: upsert_producer,
 }

@@ -32,6 +32,7 @@ __all__ = [
     "STATE_PROPERTY",
     "SUMMARY_PREFIX",
     "SUMMARY_PUBLISHED",
+    "SUMMARY_UPSERT",
     "CommitRecord",
     "CommittedState",
     "WriterState",
@@ -48,6 +49,8 @@ SUMMARY_OUTCOMES = "fencedlake.outcomes"
 SUMMARY_METRICS = "fencedlake.commit"
 #: Summary key of a publish commit's snapshot: ``<branch>@<snapshot id>`` main was fast-forwarded to.
 SUMMARY_PUBLISHED = "fencedlake.published"
+#: Summary key of a commit that applied upserts: keys inserted, updated, deleted, unchanged; files read.
+SUMMARY_UPSERT = "fencedlake.upsert"
 #: Snapshot-summary keys of fencedlake's own; snapshot properties may not use the ``fencedlake.`` prefix.
 SUMMARY_PREFIX = "fencedlake."
 #: A tag every fencedlake commit on a branch other than main moves to its new snapshot, and every

@@ -57,6 +57,7 @@ TOMBSTONE_RETENTION_MS_DEFAULT = 7 * 24 * 3600 * 1000
 #: Keys of a tombstone reference in the state (besides the delete-key file's own encoding).
 TOMBSTONE_MS_KEY = "ms"
 TOMBSTONE_ORDER_KEY = "o"
+TOMBSTONE_KEYS_KEY = "k"
 
 
 class Source(IntEnum):
@@ -226,10 +227,12 @@ def remember_deletes(
     """The tombstone list after an applied upsert: plus its delete-key files if it is ordered and writes main.
 
     Each reference is the delete-key file's encoding plus when the deletes were written
-    (:data:`TOMBSTONE_MS_KEY`, for the retention) and the order column's field id they carry
-    (:data:`TOMBSTONE_ORDER_KEY`: a later upsert compares only deletes of its own order column).
+    (:data:`TOMBSTONE_MS_KEY`, for the retention), the order column's field id they carry
+    (:data:`TOMBSTONE_ORDER_KEY`: a later upsert compares only deletes of its own order column)
+    and the key columns' field ids (:data:`TOMBSTONE_KEYS_KEY`).
     """
     if spec is None or spec.order is None or not deletes or not on_main:
         return tombstones
-    added = tuple({**d, TOMBSTONE_MS_KEY: created_ms, TOMBSTONE_ORDER_KEY: spec.order[0]} for d in deletes)
+    stamp = {TOMBSTONE_MS_KEY: created_ms, TOMBSTONE_ORDER_KEY: spec.order[0], TOMBSTONE_KEYS_KEY: list(spec.key_ids)}
+    added = tuple({**d, **stamp} for d in deletes)
     return tombstones + added

@@ -25,6 +25,7 @@ from pyspark_fenced_sink.errors import InvalidOptionsError, TableChangedError
 from pyspark_fenced_sink.options import SinkOptions, parse_options
 from pyspark_fenced_sink.protocol.fencing import WriterIdentity
 from pyspark_fenced_sink.protocol.filetag import FileTag, table_tag
+from pyspark_fenced_sink.protocol.upsert import UpsertSpec
 from pyspark_fenced_sink.protocol.wal import WriteMode, encoded_path
 from pyspark_fenced_sink.spark.messages import FencedLakeCommitMessage
 from pyspark_fenced_sink.spark.tuning import ARROW_MAX_BYTES_PER_BATCH
@@ -44,13 +45,15 @@ class WritePlan:
         spec: What each task needs to write data files.
         identity: The opened writer (batch writes); None for streaming (claimed per run at commit).
         mode: How the write changes the table: batch ``overwrite`` and streaming ``complete`` replace rows
-            (all of them, the partitions written, or the rows ``replace-where`` matches).
+            (all of them, the partitions written, or the rows ``replace-where`` matches); ``upsert``.
+        upsert: An upsert's key and order columns (``iceberg.upsert_plan.plan_upsert``).
     """
 
     opts: SinkOptions
     spec: WriteSpec
     identity: WriterIdentity | None
     mode: WriteMode
+    upsert: UpsertSpec | None = None
 
 
 def plan_write(options: Any, schema: Any, overwrite: bool, *, streaming: bool) -> WritePlan:
@@ -69,6 +72,7 @@ def plan_write(options: Any, schema: Any, overwrite: bool, *, streaming: bool) -
         bind_row_filter(opts.replace_where, iceberg_schema_from_spark(schema))
     table = resolve_table(load_catalog(opts.catalog), opts, schema)
     _check_target(table, opts, mode)
+    upsert, root = _plan_upsert(table, opts, mode)
     identity = None
     metadata = table.metadata
     table_id = table_tag(str(metadata.table_uuid))
@@ -93,8 +97,21 @@ def plan_write(options: Any, schema: Any, overwrite: bool, *, streaming: bool) -
         tag=tag,
         streaming=streaming,
         row_filter=opts.replace_where,
+        upsert=upsert,
+        keys_root=root,
     )
-    return WritePlan(opts, spec, identity, mode)
+    return WritePlan(opts, spec, identity, mode, upsert)
+
+
+def _plan_upsert(table: Any, opts: SinkOptions, mode: WriteMode) -> tuple[UpsertSpec | None, str | None]:
+    """An upsert's key spec and the control root its delete-key files go under (None, None otherwise)."""
+    if mode is not WriteMode.UPSERT:
+        return None, None
+    from pyspark_fenced_sink.iceberg.table_port import view_of
+    from pyspark_fenced_sink.iceberg.upsert_plan import plan_upsert
+    from pyspark_fenced_sink.protocol.view import bind
+
+    return plan_upsert(table, opts), bind(view_of(table), opts.table).state.root
 
 
 def _check_target(table: Any, opts: SinkOptions, mode: WriteMode) -> None:
@@ -149,6 +166,7 @@ def commit_files(
     failpoints.configure(plan.opts.failpoints)
     collected = [m for m in messages if m is not None]
     files = [f for m in collected for f in m.files]
+    deletes = [d for m in collected for d in m.deletes]
     rows = sum(m.rows for m in collected)
     untuned = any(m.untuned for m in collected)
     opts = plan.opts
@@ -173,6 +191,11 @@ def commit_files(
             "committed, re-run the write",
             table=opts.table,
         )
+    if plan.upsert is not None:  # before any WAL put: a key twice without an order fails with nothing durable
+        from pyspark_fenced_sink.iceberg.upsert_plan import check_unique_keys
+
+        paths = [encoded_path(f) for f in (*files, *deletes)]
+        check_unique_keys(opened.table, plan.upsert, paths, opts.table)
     if plan.identity is not None:
         identity, query, strict, batch = plan.identity, None, False, opts.batch_id
     else:
@@ -198,6 +221,8 @@ def commit_files(
         row_filter=opts.replace_where,
         branch=opts.branch,
         properties=opts.snapshot_properties,
+        upsert=plan.upsert,
+        deletes=deletes,
     )
     result = finish_write(ctx, entry, _remover(opened.table), view=view)
     marker.unlink(missing_ok=True)
@@ -223,7 +248,7 @@ def abort_files(
         )
         marker.unlink(missing_ok=True)
         return
-    paths = [encoded_path(f) for m in messages if m is not None for f in m.files]
+    paths = [encoded_path(f) for m in messages if m is not None for f in (*m.files, *m.deletes)]
     if paths:
         table = load_catalog(plan.opts.catalog).load_table(plan.opts.table)
         _remover(table)(paths)

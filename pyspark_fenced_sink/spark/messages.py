@@ -33,6 +33,7 @@ class FencedLakeCommitMessage(WriterCommitMessage):
         run: Streaming run id (Spark's runId, the job group of the micro-batch), if any.
         query: Streaming query id (stable across restarts), if any.
         untuned: The task ran with Spark's per-row Arrow batch size check on (``tune_session`` not applied).
+        deletes: An upsert's delete-key files (``write.upsert``).
     """
 
     files: tuple[dict[str, Any], ...] = ()
@@ -43,6 +44,7 @@ class FencedLakeCommitMessage(WriterCommitMessage):
     run: str | None = None
     query: str | None = None
     untuned: bool = False
+    deletes: tuple[dict[str, Any], ...] = ()
 
 
 def task_message(spec: WriteSpec, batches: Iterator[Any]) -> FencedLakeCommitMessage:
@@ -51,7 +53,15 @@ def task_message(spec: WriteSpec, batches: Iterator[Any]) -> FencedLakeCommitMes
     result = write_task(spec, batches, task)
     run, query = spark_run_ids() if spec.streaming else (None, None)
     return FencedLakeCommitMessage(
-        result.files, result.rows, result.bytes, task.partition_id, task.attempt_id, run, query, _untuned()
+        result.files,
+        result.rows,
+        result.bytes,
+        task.partition_id,
+        task.attempt_id,
+        run,
+        query,
+        _untuned(),
+        result.deletes,
     )
 
 

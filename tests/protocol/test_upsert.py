@@ -12,6 +12,7 @@ from pyspark_fenced_sink.protocol.entry import EntryKind, WalEntry, WriteMode, d
 from pyspark_fenced_sink.protocol.reconcile import Outcome, reconcile
 from pyspark_fenced_sink.protocol.state import CommittedState, WriterState
 from pyspark_fenced_sink.protocol.upsert import (
+    TOMBSTONE_KEYS_KEY,
     TOMBSTONE_MS_KEY,
     TOMBSTONE_ORDER_KEY,
     Resolution,
@@ -160,7 +161,7 @@ def test_remember_deletes_only_for_ordered_upserts_on_main() -> None:
     """Tombstones come from ordered upserts' delete-key files on main, stamped with time and order column."""
     deletes = ({"p": "k1"},)
     got = remember_deletes((), ORDERED, deletes, on_main=True, created_ms=7)
-    assert got == ({"p": "k1", TOMBSTONE_MS_KEY: 7, TOMBSTONE_ORDER_KEY: 3},)
+    assert got == ({"p": "k1", TOMBSTONE_MS_KEY: 7, TOMBSTONE_ORDER_KEY: 3, TOMBSTONE_KEYS_KEY: [1]},)
     assert remember_deletes((), UNORDERED, deletes, on_main=True, created_ms=7) == ()
     assert remember_deletes((), ORDERED, deletes, on_main=False, created_ms=7) == ()
     assert remember_deletes((), ORDERED, (), on_main=True, created_ms=7) == ()
