@@ -27,7 +27,9 @@ Snapshot operations: ``append`` is read; ``replace`` (compaction) is skipped;
 :class:`~pyspark_fenced_sink.errors.ReadRefusedError` unless
 ``streaming-skip-overwrite-snapshots`` / ``streaming-skip-delete-snapshots``
 say to skip them (Iceberg's rule); every row before such a snapshot is
-delivered first.
+delivered first. Upsert commits are ``overwrite`` snapshots (PROTOCOL.md §5.4):
+refused the same way, or skipped with the same option — their deletes have no
+row a stream of appends could carry.
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ from pyspark_fenced_sink.options import (
     STREAMING_SKIP_OVERWRITE,
     ReadOptions,
 )
+from pyspark_fenced_sink.protocol.state import SUMMARY_UPSERT
 
 __all__ = ["START", "StreamLimits", "StreamOffset", "StreamPlanner"]
 
@@ -240,8 +243,10 @@ class StreamPlanner:
             return False
         option = STREAMING_SKIP_OVERWRITE if operation == Operation.OVERWRITE else STREAMING_SKIP_DELETE
         hint = f"set {option}=true to skip such snapshots" if skip is not None else "no option skips it"
+        upserts = snapshot.summary is not None and SUMMARY_UPSERT in snapshot.summary.additional_properties
+        what = "an upsert snapshot (rows replaced and deleted by key)" if upserts else f"a {operation.value} snapshot"
         raise ReadRefusedError(
-            f"table {self.opts.table}: snapshot {snapshot.snapshot_id} is a {operation.value} snapshot, which "
+            f"table {self.opts.table}: snapshot {snapshot.snapshot_id} is {what}, which "
             f"changes or removes rows a stream of appends has delivered; {hint} (its rows are then not "
             "streamed), or read the table in batch",
             table=self.opts.table,

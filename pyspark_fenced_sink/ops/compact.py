@@ -194,7 +194,13 @@ def compact_table(
         )
     failpoints.hit("compact.after-rewrite")
     entry = data_entry(
-        identity, files, mode=WriteMode.COMPACT, rows=rows, spec_id=metadata.default_spec_id, inputs=plan.inputs
+        identity,
+        files,
+        mode=WriteMode.COMPACT,
+        rows=rows,
+        spec_id=metadata.default_spec_id,
+        inputs=plan.inputs,
+        folded=plan.folded,
     )
     written: dict[str, Any] = {"output_files": len(files), "output_bytes": sum(r.bytes for r in results), "rows": rows}
     try:

@@ -21,7 +21,7 @@ from typing import Any
 
 import pyarrow as pa
 from pyiceberg.expressions import AlwaysTrue
-from pyiceberg.io.pyarrow import ArrowScan
+from pyiceberg.io.pyarrow import ArrowScan, _read_all_delete_files
 from pyiceberg.table import FileScanTask
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.transforms import IdentityTransform
@@ -53,8 +53,10 @@ def _batches(metadata: TableMetadata, io_properties: dict[str, str], tasks: Sequ
     io = cached_file_io(io_properties, metadata.location)
     scan = ArrowScan(metadata, io, metadata.schema(), AlwaysTrue())
     for task in tasks:
-        # pyiceberg 0.12's per-file generator (as read.task uses it): one batch at a time.
-        yield from scan._record_batches_from_scan_tasks_and_deletes([task], {})
+        # pyiceberg 0.12's per-file generator (as read.task uses it): one batch at a time, the file's
+        # position deletes applied (the compaction folds them, PROTOCOL.md §5.2).
+        deletes: dict[str, Any] = _read_all_delete_files(io, [task]) if task.delete_files else {}
+        yield from scan._record_batches_from_scan_tasks_and_deletes([task], deletes)
 
 
 def rewrite_group(

@@ -368,3 +368,40 @@ def StringType_() -> Any:  # noqa: N802
     from pyiceberg.types import StringType as IcebergString
 
     return IcebergString()
+
+
+# ---------------------------------------------------------------------------------------------- compaction
+
+
+def _compact(wh: str, between: Any = None) -> Any:
+    from pyspark_fenced_sink.ops.compact import compact_table, local_runner
+
+    def run(*args: Any) -> Any:
+        results = local_runner(*args)
+        if between is not None:
+            between()
+        return results
+
+    return compact_table(open_target(wh, TABLE), TABLE, run, min_input_files=2)
+
+
+def test_compaction_folds_the_upserts_deletes_and_later_upserts_still_match(wh: str) -> None:
+    """Upserts leave delete files; compaction folds them (rows unchanged); the next upsert finds the new files."""
+    for lo in (0, 10):
+        upsert(wh, [(lo + i, 1, "x", "U") for i in range(10)])
+    upsert(wh, [(1, 2, "y", "U"), (11, 2, None, "D")])
+    before = visible(wh)
+    result = _compact(wh)
+    assert result.outcome == "applied" and result.rows == 19
+    assert visible(wh) == before and len(table(wh).inspect.delete_files()) == 0
+    upsert(wh, [(1, 1, "stale", "U"), (2, 3, "z", "U"), (11, 1, "late", "U")])
+    assert [r for r in visible(wh) if r[0] in (1, 2, 11)] == [(1, 2, "y"), (2, 3, "z")]
+
+
+def test_an_upsert_deleting_rows_of_a_compaction_input_refuses_the_compaction(wh: str) -> None:
+    """An upsert lands between the compaction's read and its commit: the compaction is REFUSED, rows exact."""
+    for lo in (0, 10):
+        upsert(wh, [(lo + i, 1, "x", "U") for i in range(10)])
+    result = _compact(wh, lambda: upsert(wh, [(3, 2, "new", "U")]))
+    assert result.outcome == "refused" and "delete file" in result.detail
+    assert (3, 2, "new") in visible(wh) and len(visible(wh)) == 20
