@@ -32,8 +32,8 @@ from pyiceberg.table.snapshots import Operation, Snapshot
 
 from pyspark_fenced_sink.iceberg.branches import StagedCommit, live_data_files
 from pyspark_fenced_sink.iceberg.row_delta import RowDelta, named_data_file
+from pyspark_fenced_sink.protocol.entry import WalEntry
 from pyspark_fenced_sink.protocol.replace import EntryRefused, LiveFile, check_folded, removals
-from pyspark_fenced_sink.protocol.wal import WalEntry
 
 __all__ = ["compaction_producer"]
 

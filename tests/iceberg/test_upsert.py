@@ -22,10 +22,10 @@ import pyspark_fenced_sink.iceberg.tombstones as tombstones_module
 from pyspark_fenced_sink.errors import InvalidOptionsError, WriteRejectedError
 from pyspark_fenced_sink.iceberg.catalogs import embedded_catalog
 from pyspark_fenced_sink.protocol.commit import recover
+from pyspark_fenced_sink.protocol.entry import WalEntry
 from pyspark_fenced_sink.protocol.outcome import data_entry
 from pyspark_fenced_sink.protocol.reconcile import Outcome
 from pyspark_fenced_sink.protocol.state import STATE_PROPERTY, SUMMARY_UPSERT, CommittedState
-from pyspark_fenced_sink.protocol.wal import WalEntry
 from pyspark_fenced_sink.testing.harness import open_target, plan, sink_write, write_tasks
 from tests.spark.support import duckdb_rows
 

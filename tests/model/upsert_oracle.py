@@ -24,8 +24,8 @@ from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
+from pyspark_fenced_sink.protocol.entry import MAIN_BRANCH, TOKEN_CHARS, WalEntry, WriteMode
 from pyspark_fenced_sink.protocol.reconcile import Outcome
-from pyspark_fenced_sink.protocol.wal import MAIN_BRANCH, TOKEN_CHARS, WalEntry, WriteMode
 
 from .upserts import rows_of, visible_rows
 

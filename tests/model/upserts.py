@@ -23,11 +23,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pyspark_fenced_sink.protocol import replace as rules
+from pyspark_fenced_sink.protocol.entry import MAIN_BRANCH, WalEntry, WriteMode
 from pyspark_fenced_sink.protocol.outcome import data_entry
 from pyspark_fenced_sink.protocol.reconcile import Outcome, ReconcilePlan, remembered
 from pyspark_fenced_sink.protocol.replace import EntryRefused
 from pyspark_fenced_sink.protocol.upsert import TOMBSTONE_ORDER_KEY, Source, UpsertSpec, resolve
-from pyspark_fenced_sink.protocol.wal import MAIN_BRANCH, WalEntry, WriteMode
 
 __all__ = [
     "KEYS",
