@@ -65,11 +65,12 @@ class Unreadable(Exception):
 
 @dataclass
 class Reads:
-    """What one commit read (cache misses) and reused (cache hits)."""
+    """What one commit read (cache misses: data, delete and key files; manifests apart) and reused (hits)."""
 
     files: int = 0
     bytes: int = 0
     cached: int = 0
+    manifests: int = 0
 
 
 class _ByteLru:
@@ -81,16 +82,19 @@ class _ByteLru:
         self._bytes = 0
         self._lock = threading.Lock()
 
-    def get(self, key: Any, load: Callable[[], tuple[T, int]], reads: Reads) -> T:
+    def get(self, key: Any, load: Callable[[], tuple[T, int]], reads: Reads, manifest: bool = False) -> T:
         with self._lock:
             found = self._items.get(key)
             if found is not None:
                 self._items.move_to_end(key)
-                reads.cached += 1
+                reads.cached += 0 if manifest else 1
                 return found[0]  # type: ignore[no-any-return]
         value, size = load()
-        reads.files += 1
-        reads.bytes += size
+        if manifest:
+            reads.manifests += 1
+        else:
+            reads.files += 1
+            reads.bytes += size
         with self._lock:
             if key not in self._items:
                 self._items[key] = (value, size)
@@ -237,7 +241,7 @@ def manifest_entries(io: FileIO, manifest: ManifestFile, reads: Reads) -> list[M
         entries = manifest.fetch_manifest_entry(io, discard_deleted=True)
         return entries, max(1, manifest.manifest_length)
 
-    return _MANIFESTS.get(manifest.manifest_path, load, reads)
+    return _MANIFESTS.get(manifest.manifest_path, load, reads, manifest=True)
 
 
 def live_mask(rows: int, dead: Sequence[np.ndarray]) -> pa.Array | None:

@@ -346,7 +346,7 @@ def upsert_producer(staged: StagedCommit, head: WalEntry | None) -> RowDelta:
     c, r = applier.counts, applier.reads
     staged.summary[SUMMARY_UPSERT] = (
         f"ins={c['ins']},upd={c['upd']},del={c['dele']},same={c['same']},candidates={c['read']},"
-        f"read={r.files},cached={r.cached},bytes={r.bytes},deletes={len(written)},"
+        f"read={r.files},cached={r.cached},bytes={r.bytes},manifests={r.manifests},deletes={len(written)},"
         f"ms={int((time.monotonic() - started) * 1000)}"
     )
     failpoints.hit("upsert.after-deletes-written")
