@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyiceberg.conversions import from_bytes
 from pyiceberg.manifest import DataFile, DataFileContent
 from pyiceberg.partitioning import PartitionSpec, partition_record_value
@@ -59,7 +60,7 @@ from pyspark_fenced_sink.protocol.filetag import ApplyTag, table_tag
 from pyspark_fenced_sink.protocol.reconcile import Outcome, remembered
 from pyspark_fenced_sink.protocol.replace import EntryRefused
 from pyspark_fenced_sink.protocol.state import SUMMARY_UPSERT
-from pyspark_fenced_sink.protocol.upsert import TOMBSTONE_ORDER_KEY, Source, resolve
+from pyspark_fenced_sink.protocol.upsert import TOMBSTONE_ORDER_KEY, Resolution, Source, resolve
 
 __all__ = ["upsert_producer"]
 
@@ -160,27 +161,52 @@ class _Partitions:
 
 
 class _Candidates:
-    """Parallel lists of candidate rows for ``protocol.upsert.resolve``, with where each row lives."""
+    """The candidate rows of one upsert, table by table, with where each row lives (file, position)."""
 
     def __init__(self, names: Sequence[str], order: str | None) -> None:
-        self.names, self.order = names, order
-        self.keys: list[Any] = []
-        self.orders: list[Any] = []
-        self.sources: list[int] = []
-        self.ranks: list[int] = []
-        self.refs: list[tuple[str, int] | None] = []
+        self.names, self.order = list(names), order
+        self.parts: list[pa.Table] = []
+        self.paths: list[str] = []
 
     def add(self, table: pa.Table, source: Source, path: str | None, rank_base: int = 0) -> None:
         n = table.num_rows
         if not n:
             return
-        cols = [physical(table.column(name)) for name in self.names]
-        self.keys.extend(cols[0] if len(cols) == 1 else zip(*cols, strict=True))
-        self.orders.extend(physical(table.column(self.order)) if self.order else [None] * n)
-        self.sources.extend([int(source)] * n)
-        positions = table.column(POS).to_pylist()
-        self.ranks.extend(rank_base + p for p in positions)
-        self.refs.extend([(path, p) for p in positions] if path is not None else [None] * n)
+        file_id = -1
+        if path is not None:
+            file_id = len(self.paths)
+            self.paths.append(path)
+        columns = {name: table.column(name) for name in self.names}
+        if self.order is not None:
+            columns["_o"] = table.column(self.order)
+        positions = table.column(POS)
+        columns.update(
+            _src=pa.array(np.full(n, int(source), np.int8)),
+            _rank=pc.add(positions, rank_base),
+            _file=pa.array(np.full(n, file_id, np.int32)),
+            _pos=positions,
+        )
+        self.parts.append(pa.table(columns))
+
+    def resolve(self, ordered: bool) -> tuple[Resolution, pa.Table]:
+        """``protocol.upsert.resolve`` over every candidate: keys as group numbers, order values as ranks."""
+        table = pa.concat_tables(self.parts)
+        distinct = table.select(self.names).group_by(self.names).aggregate([])
+        distinct = distinct.append_column("_gid", pa.array(np.arange(distinct.num_rows, dtype=np.int64)))
+        table = table.join(distinct, keys=self.names, join_type="inner")
+        orders = np.zeros(table.num_rows, np.int64)
+        if ordered:
+            column = table.column("_o")
+            ranked = pc.rank(column, sort_keys="ascending", tiebreaker="dense").cast(pa.int64())
+            orders = pc.if_else(pc.is_null(column), 0, ranked).to_numpy(zero_copy_only=False)
+        res = resolve(
+            table.column("_gid").to_numpy(),
+            orders,
+            table.column("_src").to_numpy(),
+            table.column("_rank").to_numpy(),
+            ordered=ordered,
+        )
+        return res, table
 
 
 class _Applier:
@@ -196,7 +222,7 @@ class _Applier:
         self.format_version = metadata.format_version
         self.reads = Reads()
         self.live = _read_live(staged, self.reads)
-        self.new: dict[str, set[int]] = {}
+        self.new: dict[str, list[np.ndarray]] = {}
         self.tombstones = staged.plan.base.tombstones
         self.counts: Counter[str] = Counter()
 
@@ -214,8 +240,7 @@ class _Applier:
                     found = delete_positions(self.io, delete_file, self.reads).get(path)
                     if found is not None:
                         out.append(found)
-        if path in self.new:
-            out.append(np.fromiter(self.new[path], dtype=np.int64))
+        out.extend(self.new.get(path, ()))
         return out
 
     def append(self, entry: WalEntry) -> None:
@@ -270,17 +295,19 @@ class _Applier:
             cand.add(table, Source.ROW, df.file_path, n * _RANK_STRIDE)
         for table in deletes:
             cand.add(table, Source.DELETE, None)
-        out = resolve(cand.keys, cand.orders, cand.sources, cand.ranks, ordered=spec.ordered)
+        out, table = cand.resolve(spec.ordered)
         if out.duplicate is not None:
+            row = table.filter(pc.equal(table.column("_gid"), out.duplicate)).slice(0, 1).to_pylist()[0]
+            key = {name: row[column_name(i)] for i, name in spec.keys}
             raise EntryRefused(
-                f"upsert refused: key {dict(zip(spec.key_names, _tuple(out.duplicate), strict=False))} appears more "
-                "than once in the write and it has no upsert-order to choose; nothing of it was applied",
+                f"upsert refused: key {key} appears more than once in the write and it has no upsert-order to "
+                "choose; nothing of it was applied",
                 seq,
             )
-        for i in out.losers:
-            where = cand.refs[i]
-            if where is not None:
-                self.new.setdefault(where[0], set()).add(where[1])
+        losers = table.take(pa.array(out.losers, pa.int64())).select(["_file", "_pos"])
+        files, positions = losers.column("_file").to_numpy(), losers.column("_pos").to_numpy()
+        for f in np.unique(files[files >= 0]):
+            self.new.setdefault(cand.paths[int(f)], []).append(positions[files == f])
         self.counts.update(ins=out.inserted, upd=out.updated, dele=out.deleted, same=out.unchanged)
         self._add_own(own, entry)
 
@@ -293,10 +320,6 @@ class _Applier:
         return key_table(self.io, path, ids, self.schema, self.mapping, self.reads)
 
 
-def _tuple(key: Any) -> tuple[Any, ...]:
-    return key if isinstance(key, tuple) else (key,)
-
-
 def _write_deletes(staged: StagedCommit, applier: _Applier, producer: RowDelta) -> list[str]:
     """One position delete file per data file with new deletes; returns their paths."""
     tag = table_tag(str(staged.table.metadata.table_uuid))
@@ -306,7 +329,7 @@ def _write_deletes(staged: StagedCommit, applier: _Applier, producer: RowDelta) 
         name = ApplyTag("d", tag, staged.plan.base.upper).file_name()
         target = locations.new_data_location(name)
         data_file = applier.live.files[path]
-        ordered = np.array(sorted(positions), dtype=np.int64)
+        ordered = np.unique(np.concatenate(positions))
         delete_file = write_position_deletes(staged.table.io, target, data_file, ordered, applier.format_version)
         written.append(target)
         producer.add_delete_file(delete_file)

@@ -22,7 +22,9 @@ order column the entry's row replaces the key unconditionally, and two rows of
 one key in the entry make the entry a duplicate (refused, naming the key).
 
 Every decision is a function of the candidates alone: total, deterministic,
-no I/O. The same function serves the Iceberg port and the model test.
+no I/O, vectorized over numpy arrays (keys as group numbers, order values as
+ranks: the caller maps its values to them). The same function serves the Iceberg
+port and the model test.
 
 A delete is remembered (:func:`remember_deletes`): an applied ordered upsert on
 main adds its delete-key files to the committed state's tombstone list, so a
@@ -33,10 +35,12 @@ deletes older than the table's ``fencedlake.tombstone-retention-ms``.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Any
+
+import numpy as np
 
 __all__ = [
     "TOMBSTONE_FILES_MAX",
@@ -128,7 +132,7 @@ class Resolution:
 
     Attributes:
         losers: Indices of ``LIVE`` and ``ROW`` candidates that must be deleted (position deletes).
-        duplicate: A key with more than one row in an entry without an order column: the entry is
+        duplicate: A group (key) with more than one row in an entry without an order column: the entry is
             refused and nothing of it applies (``losers`` is then empty).
         inserted: Keys the entry adds (no live row before).
         updated: Keys whose live row the entry's row replaces.
@@ -136,84 +140,88 @@ class Resolution:
         unchanged: Keys the entry does not change (its rows lost, or a delete of an absent key).
     """
 
-    losers: list[int] = field(default_factory=list)
-    duplicate: Hashable | None = None
+    losers: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    duplicate: int | None = None
     inserted: int = 0
     updated: int = 0
     deleted: int = 0
     unchanged: int = 0
 
 
-def _rank(value: Any) -> tuple[int, Any]:
-    """Order values compared with null lowest."""
-    return (0, None) if value is None else (1, value)
-
-
-def _entry_wins(best: tuple[int, Any], existing: tuple[int, Any] | None, is_delete: bool) -> bool:
-    """True if the entry's best row (or delete) beats the key's live rows and remembered deletes.
+def _entry_wins(best: np.ndarray, existing: np.ndarray, present: np.ndarray, is_delete: np.ndarray) -> np.ndarray:
+    """Per key: does the entry's best row (or delete) beat the key's live rows and remembered deletes?
 
     The entry is later in the WAL than everything it is compared with: it wins ties.
     """
-    return existing is None or best >= existing
+    return ~present | (best >= existing)
 
 
-def _replaced(live: list[int], rows: list[int], winner: int | None) -> list[int]:
-    """The losers when the entry wins: every live row of the key and the entry's other rows."""
-    return live + [i for i in rows if i != winner]
+def _replaced(live_of_won_keys: np.ndarray) -> np.ndarray:
+    """Which live rows of keys the entry won are deleted: every one (at most one row per key remains)."""
+    return live_of_won_keys
 
 
 def resolve(
-    keys: Sequence[Hashable],
-    orders: Sequence[Any],
-    sources: Sequence[int],
-    ranks: Sequence[int],
+    groups: Sequence[int] | np.ndarray,
+    orders: Sequence[int] | np.ndarray,
+    sources: Sequence[int] | np.ndarray,
+    ranks: Sequence[int] | np.ndarray,
     *,
     ordered: bool,
 ) -> Resolution:
-    """Decide which candidate rows lose (module docstring); candidates are parallel sequences.
+    """Decide which candidate rows lose (module docstring); candidates are parallel arrays.
 
     Args:
-        keys: Each candidate's key (a hashable value or tuple).
-        orders: Each candidate's order value (ignored without ``ordered``; None is lowest).
+        groups: Each candidate's key as a dense group number (equal keys, equal numbers; 0..K-1).
+        orders: Each candidate's order value as an integer of the same order (a null lowest; equal values
+            equal), e.g. its dense rank; ignored without ``ordered``.
         sources: Each candidate's :class:`Source`.
         ranks: Each entry row's position inside the entry (later is greater); ignored for others.
         ordered: The entry has an order column.
     """
-    groups: dict[Hashable, list[int]] = {}
-    for i, key in enumerate(keys):
-        groups.setdefault(key, []).append(i)
-    out = Resolution()
-    for key, members in groups.items():
-        mine = [i for i in members if sources[i] >= Source.ROW]
-        if not mine:
-            continue
-        live = [i for i in members if sources[i] == Source.LIVE]
-        rows = [i for i in mine if sources[i] == Source.ROW]
-        if not ordered:
-            if len(mine) > 1:
-                return Resolution(duplicate=key)
-            winner = mine[0]
-            wins = True
-        else:
-            winner = max(mine, key=lambda i: (_rank(orders[i]), sources[i] == Source.DELETE, ranks[i]))
-            existing = max(
-                (_rank(orders[i]) for i in members if sources[i] in (Source.LIVE, Source.TOMBSTONE)), default=None
-            )
-            wins = _entry_wins(_rank(orders[winner]), existing, sources[winner] == Source.DELETE)
-        if not wins:
-            out.losers.extend(rows)
-            out.unchanged += 1
-            continue
-        is_delete = sources[winner] == Source.DELETE
-        out.losers.extend(_replaced(live, rows, None if is_delete else winner))
-        if is_delete:
-            out.deleted += bool(live)
-            out.unchanged += not live
-        elif live:
-            out.updated += 1
-        else:
-            out.inserted += 1
-    return out
+    g = np.asarray(groups, dtype=np.int64)
+    o = np.asarray(orders, dtype=np.int64) if ordered else np.zeros(len(g), np.int64)
+    src = np.asarray(sources, dtype=np.int64)
+    rank = np.asarray(ranks, dtype=np.int64)
+    if not len(g):
+        return Resolution()
+    keys = int(g.max()) + 1
+    mine = src >= Source.ROW
+    is_live, is_row = src == Source.LIVE, src == Source.ROW
+    has_mine = np.bincount(g[mine], minlength=keys) > 0
+    if not ordered:
+        counts = np.bincount(g[mine], minlength=keys)
+        if (counts > 1).any():
+            return Resolution(duplicate=int(np.argmax(counts > 1)))
+        wins = has_mine.copy()
+    # The entry's best row per key: greatest (order, delete before row, position); lexsort's last key sorts first.
+    idx = np.flatnonzero(mine)
+    sort = idx[np.lexsort((rank[idx], src[idx] == Source.DELETE, o[idx], g[idx]))]
+    last = np.r_[g[sort][1:] != g[sort][:-1], True]
+    winner = np.full(keys, -1, np.int64)
+    winner[g[sort][last]] = sort[last]
+    is_delete = np.zeros(keys, bool)
+    is_delete[has_mine] = src[winner[has_mine]] == Source.DELETE
+    if ordered:
+        old = is_live | (src == Source.TOMBSTONE)
+        existing = np.full(keys, np.iinfo(np.int64).min, np.int64)
+        np.maximum.at(existing, g[old], o[old])
+        present = np.bincount(g[old], minlength=keys) > 0
+        best = np.zeros(keys, np.int64)
+        best[has_mine] = o[winner[has_mine]]
+        wins = has_mine & _entry_wins(best, existing, present, is_delete)
+    won = wins[g]
+    live_losers = np.flatnonzero(_replaced(is_live & won & has_mine[g]))
+    row_losers = np.flatnonzero(is_row & has_mine[g] & (~won | (np.arange(len(g)) != winner[g])))
+    live_count = np.bincount(g[is_live], minlength=keys)
+    touched = has_mine & wins
+    return Resolution(
+        losers=np.concatenate([live_losers, row_losers]),
+        inserted=int((touched & ~is_delete & (live_count == 0)).sum()),
+        updated=int((touched & ~is_delete & (live_count > 0)).sum()),
+        deleted=int((touched & is_delete & (live_count > 0)).sum()),
+        unchanged=int((has_mine & ~wins).sum() + (touched & is_delete & (live_count == 0)).sum()),
+    )
 
 
 def remember_deletes(

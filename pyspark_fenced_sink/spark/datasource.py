@@ -10,7 +10,7 @@ __all__ = ["FencedLakeDataSource"]
 
 
 class FencedLakeDataSource(DataSource):
-    """Exactly-once appends and overwrites into an Apache Iceberg table, from many jobs at once; reads back.
+    """Exactly-once appends, overwrites and upserts into an Apache Iceberg table, from many jobs at once; reads back.
 
     Installed with the package, the format is registered automatically::
 
@@ -64,6 +64,12 @@ class FencedLakeDataSource(DataSource):
         branch: the Iceberg branch to write, created from main by its first write; publish it with
             ``fencedlake publish TABLE BRANCH`` [main].
         snapshot-property.<key>: a property in the summary of the snapshot that commits the write.
+        upsert-keys: with ``append``: upsert by these key columns (comma-separated) [the table's
+            identifier fields; set as such on a table the write creates].
+        upsert-order: per key, the row with the greatest value of this column wins; deletes are
+            remembered [none: the write applied last wins].
+        upsert-delete-where: rows matching this filter (``replace-where`` syntax) delete their key and
+            are never written to the table [none].
 
     Read options (Iceberg's Spark option names; a write option in a read is refused):
         snapshot-id / as-of-timestamp (ms) / branch / tag: time travel, one at most [current].
@@ -83,7 +89,11 @@ class FencedLakeDataSource(DataSource):
     write-ahead-log order). ``error``/``errorifexists``/``ignore`` fail inside Spark
     before this sink runs. Streaming output modes: ``append``; ``complete`` replaces the
     rows every micro-batch (per ``overwrite-mode``/``replace-where``); ``update`` is
-    refused by Spark.
+    refused by Spark. With an ``upsert-*`` option an ``append`` (batch or streaming)
+    upserts: every reader sees at most one row per key — with ``upsert-order`` the one
+    with the greatest order value among every applied write's rows, absent if that row
+    matches ``upsert-delete-where`` — whichever writer commits first; rows that lose are
+    deleted with Iceberg position deletes (docs/PROTOCOL.md §5.4).
 
     Semantics: every write puts one entry into the table's write-ahead log under
     ``<table location>/_fencedlake/`` with put-if-absent, and any committer applies

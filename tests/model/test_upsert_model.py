@@ -13,6 +13,7 @@ import os
 from collections import Counter
 from collections.abc import Iterator
 
+import numpy as np
 import pytest
 
 import pyspark_fenced_sink.protocol.reconcile as reconcile_module
@@ -69,19 +70,24 @@ def test_upsert_schedules_keep_every_invariant(ordered: bool) -> None:
             assert stats[case] > 0, f"no schedule reached {case!r}: the model lost coverage"
 
 
-def _ties_by_arrival(best, existing, is_delete):  # type: ignore[no-untyped-def]
+def _ties_by_arrival(best, existing, present, is_delete):  # type: ignore[no-untyped-def]
     """A tie goes to the row that arrived first (the live one), not to the later WAL position."""
-    return existing is None or best > existing
+    return ~present | (best > existing)
 
 
-def _delete_always_applies(best, existing, is_delete):  # type: ignore[no-untyped-def]
+def _delete_always_applies(best, existing, present, is_delete):  # type: ignore[no-untyped-def]
     """A delete row removes the key even when the live row is newer."""
-    return is_delete or existing is None or best >= existing
+    return is_delete | ~present | (best >= existing)
 
 
-def _old_row_left(live, rows, winner):  # type: ignore[no-untyped-def]
+def _order_ignored(best, existing, present, is_delete):  # type: ignore[no-untyped-def]
+    """The entry always wins, as without an order column."""
+    return np.ones_like(present)
+
+
+def _old_row_left(live_of_won_keys):  # type: ignore[no-untyped-def]
     """The winning row is added but the key's old live row is not deleted."""
-    return [i for i in rows if i != winner]
+    return np.zeros_like(live_of_won_keys)
 
 
 def _forget_deletes(tombstones, entry, outcome):  # type: ignore[no-untyped-def]
@@ -91,7 +97,7 @@ def _forget_deletes(tombstones, entry, outcome):  # type: ignore[no-untyped-def]
 
 MUTANTS = {
     "order ignored (the later WAL position always wins)": (
-        _patched(upsert_module, "_entry_wins", lambda *a: True),
+        _patched(upsert_module, "_entry_wins", _order_ignored),
         True,
     ),
     "ties by arrival": (_patched(upsert_module, "_entry_wins", _ties_by_arrival), True),

@@ -136,9 +136,13 @@ def _apply_upsert(
             add(r[0], r[1], Source.ROW, n * 10_000 + i, (str(f["p"]), i))
     for j, r in enumerate(r for d in entry.deletes for r in rows_of(d)):
         add(r[0], r[1], Source.DELETE, _DELETE_RANK + j, None)
-    out = resolve(keys, orders, sources, ranks, ordered=upsert.ordered)
+    distinct = list(dict.fromkeys(keys))
+    groups = [distinct.index(k) for k in keys]
+    ranked = [-1 if v is None else int(v) for v in orders]  # model orders are 0..9; a null is lowest
+    out = resolve(groups, ranked, sources, ranks, ordered=upsert.ordered)
     if out.duplicate is not None:
-        raise EntryRefused(f"WAL seq {seq}: key {out.duplicate!r} appears twice in an upsert without an order", seq)
+        key = distinct[out.duplicate]
+        raise EntryRefused(f"WAL seq {seq}: key {key!r} appears twice in an upsert without an order", seq)
     losers: dict[str, set[int]] = {}
     for i in out.losers:
         ref = refs[i]

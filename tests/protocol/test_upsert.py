@@ -27,9 +27,28 @@ ORDERED = UpsertSpec(keys=((1, "id"),), order=(3, "ts"), delete_where="op = 'D'"
 UNORDERED = UpsertSpec(keys=((1, "id"), (2, "region")))
 
 
-def _resolve(rows: list[tuple[Any, Any, Source, int]], *, ordered: bool = True) -> Resolution:
+class _Out:
+    """A resolution with Python values: sorted loser indices, the duplicate key itself."""
+
+    def __init__(self, res: Resolution, keys: list[Any]) -> None:
+        self.losers = sorted(int(i) for i in res.losers)
+        self.duplicate = None if res.duplicate is None else keys[res.duplicate]
+        self.inserted, self.updated, self.deleted, self.unchanged = (
+            res.inserted,
+            res.updated,
+            res.deleted,
+            res.unchanged,
+        )
+
+
+def _resolve(rows: list[tuple[Any, Any, Source, int]], *, ordered: bool = True) -> _Out:
+    """Keys mapped to group numbers and orders to ranks (null lowest), as the catalog side maps them."""
     keys, orders, sources, ranks = zip(*rows, strict=True) if rows else ((), (), (), ())
-    return resolve(keys, orders, sources, ranks, ordered=ordered)
+    distinct = list(dict.fromkeys(keys))
+    values = sorted({v for v in orders if v is not None})
+    order_rank = [0 if v is None else values.index(v) + 1 for v in orders]
+    groups = [distinct.index(k) for k in keys]
+    return _Out(resolve(groups, order_rank, sources, ranks, ordered=ordered), distinct)
 
 
 # ---------------------------------------------------------------------------------------------- the decision
