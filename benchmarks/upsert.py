@@ -212,6 +212,9 @@ def _writer_rows(index: int, writes: int, rows: int, keys: int, seed: int) -> li
 def _writer(wh: str, index: int, writes: int, rows: int, keys: int, seed: int, upsert: bool, start: str) -> None:
     """One concurrent writer process: ``writes`` writes, released when ``start`` exists; prints latencies."""
     batches = _writer_rows(index, writes, rows, keys, seed)
+    from pyspark_fenced_sink.testing import harness  # noqa: F401 - imported before the start, not timed
+
+    print("ready", flush=True)
     while not os.path.exists(start):
         time.sleep(0.005)
     out = []
@@ -251,7 +254,10 @@ def _contention(wh: str, n: int, writes: int, rows: int, keys: int, upsert: bool
         )
         for i in range(n)
     ]
-    time.sleep(3.0)  # imports
+    for p in procs:  # every writer has imported and built its rows
+        assert p.stdout is not None
+        if p.stdout.readline().strip() != "ready":
+            raise BenchmarkError(f"writer failed before the start: {p.stderr.read()[-2000:] if p.stderr else ''}")
     t0 = time.perf_counter()
     start.touch()
     results = []

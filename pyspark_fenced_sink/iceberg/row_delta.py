@@ -122,7 +122,11 @@ class _DeleteManifestWriter(ManifestWriterV2):
 
 
 class RowDelta(_OverwriteFiles):
-    """An overwrite (or, with ``replace``, a replace) snapshot that also adds and removes delete files."""
+    """An overwrite (or, with ``replace``, a replace) snapshot that also adds and removes delete files.
+
+    Built with operation ``append``, it records an ``append`` snapshot: for an upsert commit that
+    deleted nothing (only new keys), which a stream of appends may then deliver.
+    """
 
     def __init__(self, *args: Any, replace: bool = False, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -203,8 +207,9 @@ class RowDelta(_OverwriteFiles):
         for f in [*self._deleted_data_files, *self._removed_delete_files()]:
             ssc.remove_file(f, schema=schema, partition_spec=specs[f.spec_id])
         parent = metadata.snapshot_by_id(self._parent_snapshot_id) if self._parent_snapshot_id is not None else None
+        operation = Operation.APPEND if self._operation == Operation.APPEND else Operation.OVERWRITE
         summary = update_snapshot_summaries(
-            Summary(Operation.OVERWRITE, **ssc.build(), **(snapshot_properties or {})),
+            Summary(operation, **ssc.build(), **(snapshot_properties or {})),
             previous_summary=parent.summary if parent is not None else None,
         )
         if self._replace:

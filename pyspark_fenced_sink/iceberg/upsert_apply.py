@@ -10,6 +10,9 @@ remembered deletes (``iceberg.tombstones``), and lets ``protocol.upsert.resolve`
 decide which rows lose. Losers of all the commit's upserts become one
 file-scoped position delete file per touched data file (``iceberg.row_delta``).
 
+The snapshot is an ``overwrite`` (it deletes rows), or an ``append`` when the
+upserts only added new keys (nothing deleted: a stream of appends delivers it).
+
 A decision the data does not allow (a key column dropped, an unreadable file,
 equality deletes on the branch, a duplicate key without an order) raises
 ``EntryRefused`` naming the entry: the commit loop decides it REFUSED and the
@@ -355,7 +358,7 @@ def upsert_producer(staged: StagedCommit, head: WalEntry | None) -> RowDelta:
         except Unreadable as e:
             raise EntryRefused(f"upsert refused: {e}; nothing of it was applied", seq) from e
     producer = RowDelta(
-        operation=Operation.OVERWRITE,
+        operation=Operation.OVERWRITE if applier.new else Operation.APPEND,
         transaction=staged.tx,
         io=staged.table.io,
         branch=staged.branch,

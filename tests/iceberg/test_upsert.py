@@ -405,3 +405,43 @@ def test_an_upsert_deleting_rows_of_a_compaction_input_refuses_the_compaction(wh
     result = _compact(wh, lambda: upsert(wh, [(3, 2, "new", "U")]))
     assert result.outcome == "refused" and "delete file" in result.detail
     assert (3, 2, "new") in visible(wh) and len(visible(wh)) == 20
+
+
+# ---------------------------------------------------------------------------------------------- stream readers
+
+
+def test_a_stream_delivers_new_keys_and_refuses_or_skips_an_upsert_that_changes_rows(wh: str) -> None:
+    """An upsert that only adds keys is an append snapshot (streamed); one that replaces or deletes is refused,
+    naming it, or skipped with streaming-skip-overwrite-snapshots."""
+    from pyspark_fenced_sink.errors import ReadRefusedError
+    from pyspark_fenced_sink.iceberg.incremental import START, StreamLimits, StreamPlanner
+    from pyspark_fenced_sink.iceberg.scan import open_read_table
+    from pyspark_fenced_sink.options import parse_read_options
+
+    upsert(wh, [(1, 1, "a", "U"), (2, 1, "b", "U")])
+    assert table(wh).current_snapshot().summary.operation.value == "append"
+    upsert(wh, [(1, 2, "a2", "U")])
+    assert table(wh).current_snapshot().summary.operation.value == "overwrite"
+    upsert(wh, [(3, 1, "c", "U")])
+
+    def planner(**options: str) -> StreamPlanner:
+        opts = parse_read_options({"warehouse": wh, "table": TABLE, **options}, streaming=True)
+        return StreamPlanner(opts, open_read_table(opts).schema(), lambda: open_read_table(opts))
+
+    plain = planner()
+    first = plain.latest(START, StreamLimits(), plain.current())
+    with pytest.raises(ReadRefusedError, match="is an upsert snapshot"):
+        plain.latest(first, StreamLimits(), plain.current())
+    skipping = planner(**{"streaming-skip-overwrite-snapshots": "true"})
+    start, files = START, []
+    while (end := skipping.latest(start, StreamLimits(), skipping.current())) != start:
+        files += [t.file.file_path for t in skipping.plan(start, end)]
+        start = end
+    snapshots = table(wh).metadata.snapshots
+    added = [
+        {e.data_file.file_path for m in snap.manifests(table(wh).io) for e in m.fetch_manifest_entry(table(wh).io)}
+        for snap in snapshots
+    ]
+    second_only = added[1] - added[0]
+    assert files and not set(files) & second_only  # the second upsert's rows are not streamed
+    assert set(files) == (added[0] | added[2]) - second_only - {f for f in added[2] if "/d-" in f}
