@@ -27,9 +27,10 @@ Snapshot operations: ``append`` is read; ``replace`` (compaction) is skipped;
 :class:`~pyspark_fenced_sink.errors.ReadRefusedError` unless
 ``streaming-skip-overwrite-snapshots`` / ``streaming-skip-delete-snapshots``
 say to skip them (Iceberg's rule); every row before such a snapshot is
-delivered first. Upsert commits are ``overwrite`` snapshots (PROTOCOL.md §5.4):
-refused the same way, or skipped with the same option — their deletes have no
-row a stream of appends could carry.
+delivered first. An upsert commit that replaced or deleted rows is an
+``overwrite`` snapshot (PROTOCOL.md §5.4): refused the same way, or skipped with
+the same option — its deletes have no row a stream of appends could carry; one
+that only added keys is an ``append`` and is read.
 """
 
 from __future__ import annotations

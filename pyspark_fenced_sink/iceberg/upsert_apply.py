@@ -171,13 +171,19 @@ class _Candidates:
         self.parts: list[pa.Table] = []
         self.paths: list[str] = []
 
-    def add(self, table: pa.Table, source: Source, path: str | None, rank_base: int = 0) -> None:
+    def add(
+        self, table: pa.Table, source: Source, path: str | None, rank_base: int = 0, paths: Sequence[str] = ()
+    ) -> None:
+        """Rows of one file (``path``), or of several (``paths``, indexed by the table's ``_file`` column)."""
         n = table.num_rows
         if not n:
             return
-        file_id = -1
-        if path is not None:
-            file_id = len(self.paths)
+        files: Any = pa.array(np.full(n, -1, np.int32))
+        if paths:
+            files = pc.add(table.column("_file"), pa.scalar(len(self.paths), pa.int32()))
+            self.paths.extend(paths)
+        elif path is not None:
+            files = pa.array(np.full(n, len(self.paths), np.int32))
             self.paths.append(path)
         columns = {name: table.column(name) for name in self.names}
         if self.order is not None:
@@ -186,7 +192,7 @@ class _Candidates:
         columns.update(
             _src=pa.array(np.full(n, int(source), np.int8)),
             _rank=pc.add(positions, rank_base),
-            _file=pa.array(np.full(n, file_id, np.int32)),
+            _file=files,
             _pos=positions,
         )
         self.parts.append(pa.table(columns))
@@ -277,23 +283,29 @@ class _Applier:
         )
         cand = _Candidates(names, order)
         mine = {df.file_path for df in own}
+        found: list[pa.Table] = []
+        paths: list[str] = []
         for path, df in self.live.files.items():
             if path in mine or not parts.may_hold(df) or not bounds.may_hold(df.lower_bounds, df.upper_bounds):
                 continue
             table = self._keys(path, ids)
             mask = live_mask(table.num_rows, self._dead(path))
             table = table.filter(mask) if mask is not None else table
-            cand.add(table.join(keys, keys=names, join_type="inner"), Source.LIVE, path)
-            self.counts["read"] += 1
+            found.append(table.append_column("_file", pa.array(np.full(table.num_rows, len(paths), np.int32))))
+            paths.append(path)
+        if found:  # one join for every candidate file: the join's setup costs more than small files' rows
+            live = pa.concat_tables(found).join(keys, keys=names, join_type="inner")
+            cand.add(live, Source.LIVE, None, paths=paths)
+        self.counts["read"] += len(paths)
         if spec.order is not None and branch == MAIN_BRANCH:
-            for ref in self.tombstones:
-                if int(ref[TOMBSTONE_ORDER_KEY]) != spec.order[0]:
-                    continue
-                lower, upper = decode_bounds(ref)
-                if bounds.may_hold(lower, upper):
-                    cand.add(
-                        self._keys(str(ref["p"]), ids).join(keys, keys=names, join_type="inner"), Source.TOMBSTONE, None
-                    )
+            remembered_deletes = [
+                self._keys(str(ref["p"]), ids)
+                for ref in self.tombstones
+                if int(ref[TOMBSTONE_ORDER_KEY]) == spec.order[0] and bounds.may_hold(*decode_bounds(ref))
+            ]
+            if remembered_deletes:
+                tombs = pa.concat_tables(remembered_deletes).join(keys, keys=names, join_type="inner")
+                cand.add(tombs, Source.TOMBSTONE, None)
         for n, (df, table) in enumerate(zip(own, rows, strict=True)):
             cand.add(table, Source.ROW, df.file_path, n * _RANK_STRIDE)
         for table in deletes:
