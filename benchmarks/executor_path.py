@@ -39,7 +39,7 @@ def _data_dir(spec: Any) -> Path:
 
 def run(*, rows: int, reps: int, workdir: str | None = None, log: Callable[[str], None] = print) -> SuiteResult:
     """Time the executor path on ``rows`` rows, ``reps`` interleaved rounds, plus one profiled run."""
-    from pyspark_fenced_sink.iceberg.write_properties import parquet_kwargs
+    from pyspark_fenced_sink.iceberg.codec.write_properties import parquet_kwargs
     from pyspark_fenced_sink.write.task import TaskInfo, write_task
 
     result = SuiteResult("executor", f"Executor write path without Spark, {rows:,} rows, 1 task")

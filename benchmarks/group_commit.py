@@ -4,8 +4,8 @@ Each of N worker processes makes K small appends (10 rows) to one table, all
 released at once, with one of three writers:
 
 * ``fencedlake``: the sink's real driver and executor code
-  (:mod:`benchmarks.sinkdriver`: ``plan_write``, ``write_task``,
-  ``commit_files``), anonymous batch writes;
+  (``testing.harness``: ``WriteTransaction.begin``, ``write_task``,
+  ``WriteTransaction.commit``), anonymous batch writes;
 * ``pyiceberg``: what a user would write without fencedlake —
   ``catalog.load_table(t).append(arrow)``, with pyiceberg's default commit
   retries (``commit.retry.num-retries`` 4, exponential backoff from 100 ms);

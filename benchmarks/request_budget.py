@@ -160,7 +160,7 @@ def counting(catalog: Any) -> Iterator[Counts]:
 
 def pyiceberg_append(catalog: Any, table: str, messages: list[Any]) -> None:
     """The baseline commit: load the table, fast-append the data files, commit (pyiceberg's own path)."""
-    from pyspark_fenced_sink.iceberg.datafiles import decode_data_file
+    from pyspark_fenced_sink.iceberg.codec.datafiles import decode_data_file
 
     t = catalog.load_table(table)
     ptype = t.metadata.spec().partition_type(t.metadata.schema())

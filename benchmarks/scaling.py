@@ -60,9 +60,9 @@ def _seed_wal(wh: str, table: str, entries: int, log: Callable[[str], None]) -> 
     """Put ``entries`` anonymous empty data entries after the tail, then reconcile them with ``recover``."""
     from pyspark_fenced_sink.iceberg.catalogs import open_table
     from pyspark_fenced_sink.protocol.commit import recover
+    from pyspark_fenced_sink.protocol.entry import EntryKind, WalEntry, encode_entry
     from pyspark_fenced_sink.protocol.fencing import new_token
     from pyspark_fenced_sink.protocol.layout import wal_key
-    from pyspark_fenced_sink.protocol.wal import EntryKind, WalEntry, encode_entry
     from pyspark_fenced_sink.store.local import LocalStore
 
     harness.plan(wh, table, schema=SPARK_SCHEMA)  # creates the table

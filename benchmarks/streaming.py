@@ -145,9 +145,9 @@ def _fenced_ids(wh: str, table: str) -> tuple[int, int, int, int, list[float]]:
     import pyarrow.compute as pc
 
     from pyspark_fenced_sink.iceberg.catalogs import embedded_catalog
+    from pyspark_fenced_sink.protocol.entry import decode_entry
     from pyspark_fenced_sink.protocol.layout import control_root, wal_key
     from pyspark_fenced_sink.protocol.state import decode_record
-    from pyspark_fenced_sink.protocol.wal import decode_entry
 
     t = embedded_catalog(wh).load_table(table)
     ids = t.scan(selected_fields=("id",)).to_arrow().column("id")

@@ -26,9 +26,9 @@ and ``python no-op, Spark defaults`` run with Spark's default instead (64 MiB,
 Every write is verified (rows in the Parquet footers; ``added-records`` of the
 new Iceberg snapshot; the no-op's own count). Each write's wall time is split,
 from Spark's REST API (job submission and completion times), into: before
-the job (Spark planning, and fencedlake's ``plan_write``), the job (executors),
+the job (Spark planning, and fencedlake's ``WriteTransaction.begin``), the job (executors),
 after the job (the commit: Spark's output committer, or fencedlake's
-``commit_files``).
+``WriteTransaction.commit``).
 """
 
 from __future__ import annotations
@@ -238,8 +238,9 @@ def run(
         f"native writes use compression={codec} (the Iceberg table's codec); `native day` derives ts_day = "
         "to_date(ts) (UTC) and uses partitionBy, as a Spark user would. collect+pyiceberg = df.toArrow() on the "
         "driver + pyiceberg table.append (its 'after job' is the whole pyiceberg write and commit).",
-        "before/job/after: wall time before Spark's job starts (query planning; fencedlake plan_write), the "
-        "job itself (executors), after it ends (output commit; fencedlake commit_files), from Spark's REST API.",
+        "before/job/after: wall time before Spark's job starts (query planning; fencedlake WriteTransaction.begin), "
+        "the job itself (executors), after it ends (output commit; fencedlake WriteTransaction.commit), from "
+        "Spark's REST API.",
         f"The session ran with {ARROW_MAX_BYTES_PER_BATCH}={tuned_value} (pyspark_fenced_sink.tune_session, as the "
         f"README advises); the '{DEFAULTS.strip(', ')}' writers ran with Spark's default "
         f"({SPARK_DEFAULT_BATCH_BYTES // 2**20} MiB), which makes Spark check each Arrow batch's size after every row.",

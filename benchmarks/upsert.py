@@ -167,8 +167,7 @@ def _memory_phase(phase: str, wh: str, data_path: str, state_path: str) -> None:
     """``executor``: plan and write the change set (one task); ``committer``: commit it. Prints its peaks."""
     import pyarrow.parquet as pq
 
-    from pyspark_fenced_sink.spark.driver import commit_files
-    from pyspark_fenced_sink.testing.harness import plan, write_tasks
+    from pyspark_fenced_sink.testing.harness import commit, plan, write_tasks
 
     start = _rss_mb()
     if phase == "executor":
@@ -177,7 +176,7 @@ def _memory_phase(phase: str, wh: str, data_path: str, state_path: str) -> None:
         Path(state_path).write_bytes(pickle.dumps((p, messages)))
     else:
         p, messages = pickle.loads(Path(state_path).read_bytes())
-        commit_files(p, messages)
+        commit(p, messages)
     print(json.dumps(_peak(start)), flush=True)
 
 
@@ -310,7 +309,7 @@ def _measure_size(
     """The timed writes on a ``size``-row table, then the memory of each side; (rows, data, memory)."""
     import pyarrow.parquet as pq
 
-    from pyspark_fenced_sink.iceberg import key_index
+    from pyspark_fenced_sink.iceberg.commit import key_index
 
     t0 = time.perf_counter()
     base = build(wh, size)
@@ -413,9 +412,9 @@ def run(
     for m in memory:
         e, c = m["executor"], m["committer"]
         result.notes.append(
-            f"memory, {m['table rows']:,} rows, {m['keys']} keys: executor Arrow peak {e['arrow_peak_mb']:.0f} MB "
-            f"(RSS +{e['rss_peak_mb']:.0f} MB over its imports); committer Arrow peak {c['arrow_peak_mb']:.0f} MB "
-            f"(RSS +{c['rss_peak_mb']:.0f} MB)"
+            f"memory, {m['table rows']:,} rows, {m['keys']} keys: executor Arrow peak {e['arrow_peak_mb']:.0f} MB, "
+            f"committer Arrow peak {c['arrow_peak_mb']:.0f} MB (each in a fresh process; the processes' peak RSS "
+            f"rose {e['rss_peak_mb']:.0f} / {c['rss_peak_mb']:.0f} MB above what their imports had reached)"
         )
     read = result.data["read"]
     for reader, (before, after) in read["seconds"].items():

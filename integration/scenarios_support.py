@@ -1,8 +1,8 @@
 """Writer lanes, process control, table checks and metrics for ``integration/test_scenarios.py``.
 
 A *lane* is one OS process (an "app") running the sink's real driver and
-executor steps -- ``driver.plan_write``, ``executor.write_task`` per task,
-``driver.commit_files`` -- on one or more threads, each thread a writer doing
+executor steps -- ``WriteTransaction.begin``, ``write.task.write_task`` per task,
+``WriteTransaction.commit`` -- on one or more threads, each thread a writer doing
 its own plan/write/commit, exactly what a Spark application's driver and commit
 worker run, minus the JVM (``pyspark_fenced_sink/testing/harness.py`` does the same in-process)::
 
@@ -100,23 +100,23 @@ def attempt_write(options: Mapping[str, str], data: pa.Table, *, tasks: int = 2)
     started, so the entry may be durable and only ``CommitOutcomeUnknownError`` may leave the
     outcome open (I1).
     """
-    from pyspark_fenced_sink.protocol.wal import encoded_path
-    from pyspark_fenced_sink.spark.driver import abort_files, commit_files, plan_write
-    from pyspark_fenced_sink.testing.harness import SCHEMA, write_tasks
+    from pyspark_fenced_sink.protocol.entry import encoded_path
+    from pyspark_fenced_sink.spark.messages import written
+    from pyspark_fenced_sink.testing.harness import commit, plan_options, write_tasks
 
     stage, files = "plan", []
     _last_point.name = None
     try:
-        plan = plan_write(dict(options), SCHEMA, False, streaming=False)
+        plan = plan_options(options)
         stage = "tasks"
         messages = write_tasks(plan, data, tasks)
         files = [encoded_path(f) for m in messages for f in m.files]
         stage = "commit"
         try:
-            result = commit_files(plan, messages)
+            result = commit(plan, messages, abort=False)
         except BaseException:
             try:
-                abort_files(plan, messages)  # what Spark does after a failed commit()
+                plan.abort(written(messages, plan.opts.table))  # what Spark does after a failed commit()
             except Exception as abort_error:
                 print(f"abort after a failed commit raised {abort_error!r}", file=sys.stderr, flush=True)
             raise
@@ -195,8 +195,8 @@ def _prepare(spec: dict[str, Any]) -> None:
         "pyiceberg.catalog.sql",
         "s3fs",
         "pyspark_fenced_sink.iceberg.catalogs",
-        "pyspark_fenced_sink.spark.driver",
-        "pyspark_fenced_sink.iceberg.table_port",
+        "pyspark_fenced_sink.write.transaction",
+        "pyspark_fenced_sink.iceberg.commit.table_port",
         "pyspark_fenced_sink.ops.gc",
         "pyspark_fenced_sink.testing.harness",
     ):
@@ -384,7 +384,7 @@ def table_ids(options: Mapping[str, str]) -> list[int]:
 
 def _filesystem(options: Mapping[str, str]) -> tuple[Any, str]:
     """(the fsspec file system ``gc`` uses for the table's location, that location as it names it)."""
-    from pyspark_fenced_sink.iceberg.catalogs import io_properties
+    from pyspark_fenced_sink.iceberg.codec.fileio import io_properties
     from pyspark_fenced_sink.store.registry import open_filesystem
 
     ctx = context(options)

@@ -75,9 +75,9 @@ from integration.scenarios_support import (
     wait_for,
 )
 from integration.targets import FULL, target_options, targets_for
+from pyspark_fenced_sink.failpoints import DURABLE_AT
 from pyspark_fenced_sink.ops.gc import gc, truncate_wal
-from pyspark_fenced_sink.spark.driver import commit_files, plan_write
-from pyspark_fenced_sink.testing.harness import DURABLE_AT, SCHEMA, write_tasks
+from pyspark_fenced_sink.testing.harness import commit, plan_options, write_tasks
 from pyspark_fenced_sink.testing.invariants import pending_after_recover
 
 pytestmark = [pytest.mark.integration, pytest.mark.multiprocess]
@@ -208,8 +208,8 @@ def test_kill_matrix_covers_every_named_fail_point() -> None:
     ``stream.after-register`` is passed only by streaming runs: tests/spark/test_streaming.py's kill matrix kills
     a whole Spark application there. ``read.before-file`` is on the read path, which writes nothing:
     tests/spark/test_stream_read.py kills a fencedlake -> fencedlake pipeline there. The ``compact.*`` points are
-    compaction's own steps: tests/test_compaction_crash.py kills a compaction at each; the ``upsert.*`` points are
-    an upsert's: tests/test_upsert_crash.py kills an upsert at each.
+    compaction's own steps: tests/ops/test_compaction_crash.py kills a compaction at each; the ``upsert.*`` points
+    are an upsert's: tests/test_upsert_crash.py kills an upsert at each.
     """
     from pyspark_fenced_sink.failpoints import POINTS
 
@@ -390,17 +390,17 @@ def test_sigstopped_zombie_resumed_after_reopen_elsewhere_is_fenced_and_lands_no
 
         # The new incarnation, in this process: same writer.id, re-running batch 1.
         new = {**options, "writer.id": "orders-t0", "writer.batch-id": "1"}
-        plan = plan_write(new, SCHEMA, False, streaming=False)  # opens: the fence barrier is durable
+        plan = plan_options(new)  # opens: the fence barrier is durable
         messages = write_tasks(plan, rows("orders-t0", 5000, 30))
         mine: list[dict[str, Any]] = []
         if reopened == "committed":
-            mine.append(result_record(commit_files(plan, messages)))
+            mine.append(result_record(commit(plan, messages, abort=False)))
         os.kill(zombie.pid, signal.SIGCONT)
         assert zombie.wait(120) == 0, zombie.stderr_tail()
     finally:
         zombie.kill()
     if reopened == "opened":
-        mine.append(result_record(commit_files(plan, messages)))
+        mine.append(result_record(commit(plan, messages, abort=False)))
 
     fenced = zombie.records[1]
     assert not fenced["ok"] and fenced["error"] == "FencedWriterError" and fenced["stage"] == "wal", fenced
@@ -516,7 +516,7 @@ def test_unknown_catalog_commit_outcome_is_resolved_by_lookup_never_retried_blin
         if mode == "commit-state-unknown":
             from pyiceberg.exceptions import CommitStateUnknownException
 
-            from pyspark_fenced_sink.iceberg.table_port import IcebergTablePort
+            from pyspark_fenced_sink.iceberg.commit.table_port import IcebergTablePort
 
             real = IcebergTablePort._submit
             calls: list[int] = []

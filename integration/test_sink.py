@@ -3,8 +3,8 @@
 The multi-machine configuration: pyiceberg ``SqlCatalog`` on PostgreSQL (a real
 compare-and-swap of the metadata location), data files and the WAL on S3 with
 put-if-absent (``If-None-Match: *``). Most tests drive exactly the calls Spark
-makes — ``driver.plan_write`` on the driver, ``executor.write_task`` per task,
-``driver.commit_files`` in the commit worker — in-process (``pyspark_fenced_sink/testing/harness.py``);
+makes — ``WriteTransaction.begin`` on the driver, ``write.task.write_task`` per task,
+``WriteTransaction.commit`` in the commit worker — in-process (``pyspark_fenced_sink/testing/harness.py``);
 the last one is a real ``df.write.format("fencedlake")`` with the same options.
 After each scenario ``pyspark_fenced_sink/testing/invariants.check_table`` reads what it left
 behind (catalog metadata, commit records, WAL objects, data files on S3).
@@ -22,12 +22,18 @@ import pytest
 
 from pyspark_fenced_sink.errors import FencedWriterError
 from pyspark_fenced_sink.iceberg.catalogs import load_catalog
-from pyspark_fenced_sink.options import parse_options
+from pyspark_fenced_sink.options.write import parse_write_options
+from pyspark_fenced_sink.protocol.entry import encoded_path
 from pyspark_fenced_sink.protocol.reconcile import Outcome
 from pyspark_fenced_sink.protocol.state import STATE_PROPERTY, CommittedState
-from pyspark_fenced_sink.protocol.wal import encoded_path
-from pyspark_fenced_sink.spark.driver import commit_files, plan_write
-from pyspark_fenced_sink.testing.harness import SCHEMA, open_target, rows, write_planned, write_tasks
+from pyspark_fenced_sink.testing.harness import (
+    commit,
+    open_target,
+    plan_options,
+    rows,
+    write_planned,
+    write_tasks,
+)
 from pyspark_fenced_sink.testing.invariants import check_table
 
 pytestmark = pytest.mark.integration
@@ -48,11 +54,11 @@ def sink_options(pg_uri: str, s3_prefix: str, pyiceberg_s3_properties: dict[str,
 
 def _write(options: Mapping[str, str], data: pa.Table, *, overwrite: bool = False, **extra: str) -> Any:
     """One batch write as Spark runs it (plan on the driver, two tasks, the commit worker)."""
-    return write_planned(plan_write({**options, **extra}, SCHEMA, overwrite, streaming=False), data)
+    return write_planned(plan_options({**options, **extra}, overwrite=overwrite), data)
 
 
 def _table(options: Mapping[str, str]) -> Any:
-    opts = parse_options(options)
+    opts = parse_write_options(options)
     return load_catalog(opts.catalog).load_table(opts.table)
 
 
@@ -124,7 +130,7 @@ def test_concurrent_writers_on_postgres_and_s3_lose_and_duplicate_nothing(
 def test_zombie_incarnation_is_fenced_and_its_files_removed_from_s3(sink_options: dict[str, str], s3fs_fs: Any) -> None:
     """An older incarnation that commits after a newer one opened gets FencedWriterError; nothing of it lands."""
     writer = {"writer.id": "orders"}
-    old = plan_write({**sink_options, **writer}, SCHEMA, False, streaming=False)
+    old = plan_options({**sink_options, **writer})
     old_messages = write_tasks(old, rows("old", 0, 30))
     paths = [encoded_path(f) for m in old_messages for f in m.files]
     assert paths, "the old incarnation wrote no files: the test would prove nothing"
@@ -132,7 +138,7 @@ def test_zombie_incarnation_is_fenced_and_its_files_removed_from_s3(sink_options
     _write(sink_options, rows("new", 100, 30), **writer)  # the newer incarnation opens and commits
 
     with pytest.raises(FencedWriterError, match="orders"):
-        commit_files(old, old_messages)
+        commit(old, old_messages, abort=False)
 
     assert _ids(sink_options) == list(range(100, 130))
     assert not any(s3fs_fs.exists(p) for p in paths), "a fenced incarnation's data files were left on S3"
@@ -183,7 +189,7 @@ def test_spark_append_and_overwrite_through_postgres_catalog_on_s3(
 
 
 def _catalog(options: Mapping[str, str]) -> Any:
-    return load_catalog(parse_options(options).catalog)
+    return load_catalog(parse_write_options(options).catalog)
 
 
 def _cli(options: Mapping[str, str], *argv: str) -> int:
@@ -212,7 +218,7 @@ def test_a_spec_change_and_revert_on_postgres_never_applies_a_rejected_write(
     from pyspark_fenced_sink.testing.harness import commit
 
     _write(sink_options, rows("a", 0, 5))
-    running = plan_write(dict(sink_options), SCHEMA, False, streaming=False)
+    running = plan_options(sink_options)
     messages = write_tasks(running, rows("late", 50, 5))
     with _table(sink_options).update_spec() as update:
         update.add_identity("writer")
@@ -234,7 +240,7 @@ def test_a_damaged_wal_object_on_s3_is_skipped_by_the_operator(sink_options: dic
     opened = open_target(sink_options, sink_options["table"])
     upper = opened.view.state.upper
     for start in (100, 200):  # two durable entries of dead drivers
-        dead = plan_write(dict(sink_options), SCHEMA, False, streaming=False)
+        dead = plan_options(sink_options)
         files = [f for m in write_tasks(dead, rows("dead", start, 2)) for f in m.files]
         assert dead.identity is not None
         opened.ctx.wal.append(data_entry(dead.identity, files, rows=2), start=upper)

@@ -1,19 +1,11 @@
 """fencedlake: an exactly-once PySpark sink for Apache Iceberg tables written by many jobs at once.
 
-``df.write.format("fencedlake")`` and ``df.writeStream.format("fencedlake")``
-work with no registration: Spark imports top-level modules named
-``pyspark_*`` and registers their ``DefaultSource``. This module stays light
-(no pyiceberg, no catalog code) because Spark imports it in every Python
-worker.
-
-For write throughput, call :func:`tune_session` on the driver's SparkSession
-once (see :mod:`pyspark_fenced_sink.spark.tuning`); to write from several
-Python threads, :func:`activate_session` in each (see
-:mod:`pyspark_fenced_sink.spark.session`); to get the typed error back from a
-Spark exception, :func:`fencedlake_error`; to compact small data files,
-:func:`compact` (see :mod:`pyspark_fenced_sink.ops.compact`); to read a table
-through Spark's own Parquet reader where that is exact, :func:`read_table`
-(see :mod:`pyspark_fenced_sink.spark.native_read`).
+``df.write.format("fencedlake")`` / ``df.writeStream.format("fencedlake")`` work
+with no registration (Spark registers ``DefaultSource`` of ``pyspark_*``
+modules). The public API: :func:`tune_session`, :func:`activate_session`,
+:func:`fencedlake_error` and the error kinds, :func:`compact`, :func:`read_table`
+(README; the protocol is docs/PROTOCOL.md). This module stays light — no
+pyiceberg, no catalog code — because Spark imports it in every Python worker.
 """
 
 from __future__ import annotations
@@ -25,8 +17,7 @@ from pyspark_fenced_sink.errors import *  # noqa: F403 - the error kinds are par
 from pyspark_fenced_sink.spark.datasource import FencedLakeDataSource
 from pyspark_fenced_sink.spark.session import activate_session
 from pyspark_fenced_sink.spark.tuning import tune_session
-
-__version__ = "0.1.0.dev0"
+from pyspark_fenced_sink.version import __version__
 
 DefaultSource = FencedLakeDataSource
 

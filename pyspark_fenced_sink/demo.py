@@ -1,26 +1,10 @@
-"""See fencedlake work: concurrent exactly-once Spark writes into one Iceberg table (``make demo``).
+"""``make demo``: concurrent exactly-once Spark writes into one Iceberg table, embedded default (README "Quickstart").
 
-Run as ``python -m pyspark_fenced_sink.demo`` (``make demo`` does, with the
-project's venv). Needs no server: it uses the embedded default catalog
-(pyiceberg ``SqlCatalog`` on SQLite) and a local warehouse in a fresh
-directory ``./fencedlake-warehouse/demo-<UTC time>`` (kept afterwards, so the
-table can be inspected with ``fencedlake status demo.events --warehouse DIR``;
-``make clean`` removes it).
-
-What it does, in one local SparkSession (``local[2]``):
-
-1. ``--writers`` Python threads start at the same moment, each making
-   ``--batches`` batch writes ``df.write.format("fencedlake").mode("append")``
-   of ``--rows`` rows into one ``day(ts)``-partitioned table, with its own
-   ``writer.id`` and ``writer.batch-id`` 0, 1, ... Jobs submitted from
-   different threads of one SparkSession are real concurrent Spark jobs, and
-   their commits race through the fenced commit protocol (docs/PROTOCOL.md).
-2. One batch is re-run with the same ``writer.id`` and ``writer.batch-id`` and
-   the same rows, as a retried job would: it must succeed and add nothing.
-3. The table is read back through pyiceberg: rows per writer (expected vs
-   found), duplicates, snapshots with their fencedlake summary keys, and the
-   committed state. Prints ``OK: exactly once`` and exits 0, or names the
-   mismatch and exits 1.
+Writer threads of one local SparkSession each append batches with their own
+``writer.id`` and ``writer.batch-id`` at the same moment (real concurrent Spark
+jobs racing through the protocol, PROTOCOL.md §3); one batch is re-run and must
+add nothing; the table is read back and checked row by row (``OK: exactly once``,
+exit 0). The warehouse directory is kept for ``fencedlake status``.
 """
 
 from __future__ import annotations
@@ -37,12 +21,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from pyspark_fenced_sink import activate_session, fencedlake_error, options
+from pyspark_fenced_sink import activate_session, fencedlake_error
+from pyspark_fenced_sink.options.catalog import WAREHOUSE
+from pyspark_fenced_sink.options.write import PARTITION_BY, WRITER_BATCH_ID, WRITER_ID
 
 __all__ = ["main"]
 
 TABLE = "demo.events"
-PARTITION_BY = "day(ts)"
+DEMO_PARTITIONING = "day(ts)"
 DAY_SECONDS = 86_400
 # 2026-01-01T00:00:00Z: the rows spread over the three days from here (three day partitions).
 BASE_EPOCH_SECONDS = 1_767_225_600
@@ -123,10 +109,10 @@ def _write(spark: Any, warehouse: Path, writer: str, batch: int, rows: int) -> N
         _batch_frame(spark, writer, batch, rows)
         .write.format("fencedlake")
         .mode("append")
-        .option(options.WAREHOUSE, str(warehouse))
-        .option(options.PARTITION_BY, PARTITION_BY)
-        .option(options.WRITER_ID, writer)
-        .option(options.WRITER_BATCH_ID, str(batch))
+        .option(WAREHOUSE, str(warehouse))
+        .option(PARTITION_BY, DEMO_PARTITIONING)
+        .option(WRITER_ID, writer)
+        .option(WRITER_BATCH_ID, str(batch))
         .save(TABLE)
     )
 
@@ -190,7 +176,7 @@ def _rerun_wal_rows(warehouse: Path, rerun: tuple[str, int]) -> list[dict[str, A
     """The WAL's data entries of the re-run batch, each with its (recorded or next-commit) outcome."""
     from pyspark_fenced_sink.iceberg.catalogs import open_table
     from pyspark_fenced_sink.ops.inspect import wal_rows
-    from pyspark_fenced_sink.options import catalog_config
+    from pyspark_fenced_sink.options.catalog import catalog_config
 
     opened = open_table(catalog_config(warehouse=str(warehouse)), TABLE)
     rows = wal_rows(opened.ctx, opened.view, 0, limit=100_000)
@@ -207,7 +193,7 @@ def _report(warehouse: Path, writers: list[str], batches: int, rows: int, rerun:
     data = table.scan().to_arrow()
     problems: list[str] = []
 
-    print(f"\nTable {TABLE} (read back through pyiceberg), partitioned by {PARTITION_BY}:")
+    print(f"\nTable {TABLE} (read back through pyiceberg), partitioned by {DEMO_PARTITIONING}:")
     per_writer = Counter(data.column("writer").to_pylist())
     print(f"  {'writer':<10} {'expected':>9} {'found':>9}")
     for writer in writers:
@@ -284,7 +270,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         progress.say(
             f"{len(writers)} writers x {args.batches} batches x {args.rows} rows -> {TABLE}, "
-            f"partition-by {PARTITION_BY}, all starting at once (the first write also creates the table)"
+            f"partition-by {DEMO_PARTITIONING}, all starting at once (the first write also creates the table)"
         )
         start = threading.Barrier(len(writers))
         threads = [

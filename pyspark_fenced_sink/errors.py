@@ -1,17 +1,9 @@
-"""The error kinds fencedlake raises (driver and executors), and getting them back through Spark.
+"""The error kinds fencedlake raises, and getting them back through Spark (PROTOCOL.md §3 step 6, §4).
 
-Every error derives from :class:`FencedLakeError`. Each kind's docstring says
-whether retrying the same call can help. Messages say what was expected, what
-was found and what to do; they never contain secrets (see
-``options.redact``). Errors carry their facts as attributes (``fields``:
-``table``, ``seq``, ``writer``, ``outcome`` where they apply).
-
-Spark turns an exception raised in the sink into ``AnalysisException``,
-``Py4JJavaError`` or ``StreamingQueryException`` carrying only text. At the
-Spark boundary (:func:`marked_errors`) fencedlake appends one line to the
-message — ``[fencedlake-error {"kind": ..., <fields>}]`` — and
-:func:`fencedlake_error` finds it in any exception and returns the typed error
-again, with its class, message and fields.
+One root, :class:`FencedLakeError`; each kind says whether retrying helps.
+Messages say expected vs found and what to do, never a secret (``masking``).
+At the Spark boundary (:func:`marked_errors`) an error gains one machine-readable
+line, and :func:`fencedlake_error` finds it in whatever exception Spark raised.
 """
 
 from __future__ import annotations
@@ -30,6 +22,7 @@ __all__ = [
     "InvalidOptionsError",
     "ReadRefusedError",
     "SchemaMismatchError",
+    "SkipRefused",
     "StoreError",
     "TableChangedError",
     "TableStateError",
@@ -134,8 +127,10 @@ class TableStateError(CorruptControlDataError):
 
 
 class TableChangedError(FencedLakeError):
-    """The table was dropped and re-created, or renamed away, while a write was being planned.
+    """The table changed under a write before its WAL entry was durable.
 
+    It was dropped (and perhaps re-created), renamed away, or its schema kept
+    changing concurrently while the write merged columns into it.
     Retryable: nothing of the write is durable yet; run it again against the
     table that now has the name. (Once a write's WAL entry is durable the same
     event is reported as :class:`CommitOutcomeUnknownError` instead.)
@@ -153,6 +148,13 @@ class ReadRefusedError(FencedLakeError):
     or a stream whose next snapshot is no longer in the main branch's history
     (expired, or the branch was rolled back). Not retryable as is: the message
     names the feature or snapshot and what to do. No rows were returned.
+    """
+
+
+class SkipRefused(FencedLakeError):
+    """``fencedlake skip`` cannot fill the position: already reconciled, or an object is there.
+
+    Not retryable as is: the message says why.
     """
 
 

@@ -1,25 +1,11 @@
-"""Named fail points at protocol steps (PROTOCOL.md, "Fail points").
+"""Named fail points at protocol steps (PROTOCOL.md §9).
 
-Tests make a process fail at an exact step of the protocol and then check that
-the next writer (or ``fencedlake recover``) finishes the work. A fail point is
-armed by the environment variable ``FENCEDLAKE_FAILPOINTS`` or by the sink
-option ``test.failpoints`` (which reaches executors and the driver's commit
-worker through the pickled writer), both in the form::
-
-    name=action[@N][;name=action[@N]...]
-
-Actions:
-    ``raise``      raise :class:`FailPointError` (an ordinary exception);
-    ``crash``      ``os._exit(86)``: the process dies at once, running nothing;
-    ``pause``      create ``<FENCEDLAKE_FAILPOINT_DIR>/<name>.hit`` and block
-                   forever, so a harness can ``kill -9`` the whole application
-                   at exactly this step;
-    ``sleep:MS``   sleep MS milliseconds, then go on.
-
-``@N`` fires on the N-th hit in this process since the armed set last
-changed (default: every hit).
-Unarmed fail points cost one dict lookup. Tests of the Spark-free core install
-a handler with :func:`set_handler` instead.
+Armed by ``FENCEDLAKE_FAILPOINTS`` or the sink option ``test.failpoints``
+(``name=action[@N];...``); actions ``raise``, ``crash`` (``os._exit``), ``pause``
+(a marker file, then block for a harness's ``kill -9``) and ``sleep:MS``; ``@N``
+fires on the N-th hit. :data:`DURABLE_AT` says, for a batch write's points,
+whether its WAL entry is durable there (the crash matrices' expectations).
+Unarmed points cost one dict lookup.
 """
 
 from __future__ import annotations
@@ -30,7 +16,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-__all__ = ["POINTS", "FailPointError", "configure", "hit", "set_handler", "validate"]
+__all__ = ["DURABLE_AT", "POINTS", "FailPointError", "configure", "hit", "set_handler", "validate"]
 
 ENV = "FENCEDLAKE_FAILPOINTS"
 DIR_ENV = "FENCEDLAKE_FAILPOINT_DIR"
@@ -55,6 +41,19 @@ POINTS = frozenset(
         "upsert.after-tombstones-merged",
     }
 )
+
+
+#: Fail points of a batch write, in protocol order, and whether the writer's WAL entry is durable when it fires
+#: (a crash there leaves work the next committer must finish). The crash matrices use it.
+DURABLE_AT = {
+    "executor.after-file-written": False,
+    "driver.after-open": False,
+    "commit.before-wal-put": False,
+    "commit.after-wal-put": True,
+    "commit.before-catalog-commit": True,
+    "commit.after-manifests-written": True,
+    "commit.after-catalog-commit": True,
+}
 
 
 class FailPointError(RuntimeError):

@@ -1,11 +1,8 @@
-"""Logging conventions: every module logs to ``logging.getLogger(__name__)``; importing attaches nothing.
+"""Logging convention: ``logging.getLogger(__name__)``, children of ``pyspark_fenced_sink`` (PROTOCOL.md §10).
 
-All loggers are children of ``pyspark_fenced_sink``. Spark runs the sink's
-driver steps in Python workers whose logging nobody configures, so
-:func:`configure_from_env` (called at the start of each driver step and by the
-CLI) attaches one stderr handler to ``pyspark_fenced_sink`` when the
-environment variable ``FENCEDLAKE_LOG_LEVEL`` is set (``INFO``, ``DEBUG``, ...).
-It is idempotent and does nothing otherwise.
+Importing attaches nothing. :func:`configure_from_env` (each driver step, the CLI)
+attaches one stderr handler when ``FENCEDLAKE_LOG_LEVEL`` is set, for the Python
+workers Spark starts, whose logging nobody configures.
 """
 
 from __future__ import annotations

@@ -22,8 +22,9 @@ from typing import Any
 import pytest
 
 from pyspark_fenced_sink import failpoints
+from pyspark_fenced_sink.failpoints import DURABLE_AT
 from pyspark_fenced_sink.protocol.reconcile import Outcome
-from pyspark_fenced_sink.testing.harness import DURABLE_AT, open_target, rows, sink_write, table_ids
+from pyspark_fenced_sink.testing.harness import open_target, rows, sink_write, table_ids
 from pyspark_fenced_sink.testing.invariants import check_table, pending_after_recover
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -1,14 +1,19 @@
 """The package's architecture, checked from its source: layers, cycles, one home for each fact.
 
-Subpackages are layers (docs/PROTOCOL.md, "Code layout"); an import may go to
-its own subpackage or to a lower layer, never up. The Spark-free core
-(``protocol``, ``store``) imports neither pyspark nor the executor path. Every
-option key is spelled in ``options.py`` only.
+Subpackages are layers (docs/PROTOCOL.md §13); an import may go to its own
+subpackage or to a lower layer, never up — imports of the package root
+(``from pyspark_fenced_sink import X``) count as imports of ``__init__``, the top
+layer. The Spark-free core (``protocol``, ``store``) imports neither pyspark,
+the executor path, nor the option parser. Executor-side modules never load
+catalog code at import time. Every option key is spelled in ``options/`` only.
+Each rule is a function over an import graph, and the last tests feed every
+rule a graph that breaks it: a rule that cannot fail is a defect.
 """
 
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 import pytest
@@ -21,19 +26,41 @@ LAYERS = {
     "errors": 0,
     "failpoints": 0,
     "logs": 0,
-    "options": 1,
-    "store": 2,
-    "protocol": 3,
+    "masking": 0,
+    "version": 0,
+    "store": 1,
+    "protocol": 2,
+    "options": 3,
     "iceberg": 4,
     "write": 5,
     "read": 5,
     "ops": 6,
     "spark": 7,
     "testing": 8,
-    "demo": 8,
     "__init__": 9,
+    "demo": 10,  # a user's program: it uses the public API (the package root) as a user does
 }
 SPARK_FREE = ("store", "protocol")
+#: Modules that run in Spark's Python workers (tasks): their module-level imports load no catalog code.
+EXECUTOR_SIDE = (
+    "write.task",
+    "write.arrowcast",
+    "write.transaction",  # unpickled with every writer; its catalog imports are inside driver-side methods
+    "read.task",
+    "read.files",
+    "ops.compact_task",
+    "spark.batch",
+    "spark.streaming",
+    "spark.messages",
+    "spark.reader",
+    "spark.stream_reader",
+    "spark.datasource",
+    "__init__",
+)
+CATALOG_CODE = ("iceberg.catalogs", "iceberg.commit")
+CATALOG_PACKAGES = ("pyiceberg.catalog", "sqlalchemy")
+
+Graph = Mapping[str, Iterable[str]]
 
 
 def _modules() -> dict[str, Path]:
@@ -50,63 +77,67 @@ def _room(module: str) -> str:
 
 
 def _imports(path: Path, *, top_level_only: bool = False) -> list[str]:
-    """Absolute names imported by ``path`` (``from x import y`` also yields ``x.y``)."""
+    """Absolute names imported by ``path`` (``from x import y`` yields ``x.y``; ``from pkg import y`` too)."""
     tree = ast.parse(path.read_text())
-    nodes = tree.body if top_level_only else list(ast.walk(tree))
+    # Module level: the statements of the module body (an `if TYPE_CHECKING:` block's imports never run).
+    nodes: list[ast.AST] = list(tree.body) if top_level_only else list(ast.walk(tree))
     names: list[str] = []
     for node in nodes:
         if isinstance(node, ast.Import):
             names.extend(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names.append(node.module)
             names.extend(f"{node.module}.{alias.name}" for alias in node.names)
     return names
 
 
-def _internal(names: list[str], modules: dict[str, Path]) -> set[str]:
+def _internal(names: Iterable[str], modules: Mapping[str, Path]) -> set[str]:
+    """The package modules ``names`` import; a name of the package root itself is ``__init__``."""
     out = set()
     for name in names:
-        if name == NAME or not name.startswith(NAME + "."):
+        if not name.startswith(NAME + "."):
             continue
         rel = name[len(NAME) + 1 :]
         while rel and rel not in modules and f"{rel}.__init__" not in modules:
             rel = rel.rpartition(".")[0]
         if rel:
             out.add(rel if rel in modules else f"{rel}.__init__")
+        else:
+            out.add("__init__")  # `from pyspark_fenced_sink import __version__`: the root package
     return out
 
 
-def test_every_subpackage_and_module_has_a_layer() -> None:
-    """A new room must be placed in the layer table before it can be used."""
-    rooms = {_room(m) for m in _modules()}
-    assert sorted(rooms - set(LAYERS)) == []
-
-
-def test_no_import_runs_up_a_layer() -> None:
-    """Imports (including lazy ones inside functions) go to the same subpackage or a lower layer."""
+def _graph(*, top_level_only: bool = False) -> dict[str, set[str]]:
     modules = _modules()
+    return {m: _internal(_imports(p, top_level_only=top_level_only), modules) - {m} for m, p in modules.items()}
+
+
+# ---------------------------------------------------------------- the rules, as functions over a graph
+
+
+def unplaced_rooms(modules: Iterable[str]) -> list[str]:
+    return sorted({_room(m) for m in modules} - set(LAYERS))
+
+
+def upward_imports(graph: Graph) -> list[str]:
     violations = []
-    for module, path in modules.items():
+    for module, targets in graph.items():
         source = _room(module)
-        for target in _internal(_imports(path), modules):
+        for target in targets:
             room = _room(target)
             if room != source and LAYERS[room] >= LAYERS[source]:
                 violations.append(f"{module} -> {target}")
-    assert violations == []
+    return sorted(violations)
 
 
-def test_module_level_imports_have_no_cycles() -> None:
-    """The import graph of module-level imports is acyclic."""
-    modules = _modules()
-    graph = {m: _internal(_imports(p, top_level_only=True), modules) - {m} for m, p in modules.items()}
+def cycles(graph: Graph) -> list[str]:
     state: dict[str, int] = {}
-    cycles: list[str] = []
+    found: list[str] = []
 
     def visit(node: str, stack: list[str]) -> None:
         state[node] = 1
-        for nxt in sorted(graph[node]):
+        for nxt in sorted(graph.get(node, ())):
             if state.get(nxt) == 1:
-                cycles.append(" -> ".join([*stack[stack.index(nxt) :], nxt]))
+                found.append(" -> ".join([*stack[stack.index(nxt) :], nxt]))
             elif nxt not in state:
                 visit(nxt, [*stack, nxt])
         state[node] = 2
@@ -114,37 +145,52 @@ def test_module_level_imports_have_no_cycles() -> None:
     for module in sorted(graph):
         if module not in state:
             visit(module, [module])
-    assert cycles == []
+    return found
 
 
-@pytest.mark.parametrize("room", SPARK_FREE)
-def test_the_spark_free_core_imports_neither_pyspark_nor_the_executor_path(room: str) -> None:
-    """``protocol`` and ``store`` import no pyspark, no Spark glue and no executor code, even lazily."""
+def core_violations(raw_imports: Mapping[str, Iterable[str]]) -> list[str]:
+    """Spark-free core modules importing pyspark, Spark glue, the executor path or the option parser."""
+    banned = (f"{NAME}.spark", f"{NAME}.write", f"{NAME}.options")
     bad = []
-    for module, path in _modules().items():
-        if _room(module) != room:
-            continue
-        for name in _imports(path):
-            if name.split(".")[0] == "pyspark" or name.startswith((f"{NAME}.spark", f"{NAME}.write")):
-                bad.append(f"{module} imports {name}")
-    assert bad == []
+    for module, names in raw_imports.items():
+        if _room(module) in SPARK_FREE:
+            bad.extend(f"{module} imports {n}" for n in names if n.split(".")[0] == "pyspark" or n.startswith(banned))
+    return sorted(bad)
+
+
+def executor_catalog_imports(graph: Graph, raw_imports: Mapping[str, Iterable[str]]) -> list[str]:
+    """Executor-side modules whose module-level import closure reaches catalog code."""
+    bad = []
+    for start in EXECUTOR_SIDE:
+        seen, todo = {start}, [start]
+        while todo:
+            module = todo.pop()
+            hits = [n for n in raw_imports.get(module, ()) if n.startswith(CATALOG_PACKAGES)]
+            if module.startswith(CATALOG_CODE) or hits:
+                bad.append(f"{start} reaches {module}" + (f" ({hits[0]})" if hits else ""))
+                continue
+            for nxt in graph.get(module, ()):
+                if nxt not in seen:
+                    seen.add(nxt)
+                    todo.append(nxt)
+    return sorted(bad)
 
 
 def _option_keys() -> set[str]:
-    """String values of the option-key constants in options.py (``WRITER_ID = "writer.id"``, ...)."""
-    tree = ast.parse((PACKAGE / "options.py").read_text())
+    """String values of the option-key constants in options/ (``WRITER_ID = "writer.id"``, ...)."""
     keys = set()
-    for node in tree.body:
-        if (
-            isinstance(node, ast.Assign)
-            and len(node.targets) == 1
-            and isinstance(node.targets[0], ast.Name)
-            and node.targets[0].id.isupper()
-            and isinstance(node.value, ast.Constant)
-            and isinstance(node.value.value, str)
-            and not node.targets[0].id.endswith(("_ENV", "_DEFAULT"))
-        ):
-            keys.add(node.value.value)
+    for path in (PACKAGE / "options").glob("*.py"):
+        for node in ast.parse(path.read_text()).body:
+            if (
+                isinstance(node, ast.Assign)
+                and len(node.targets) == 1
+                and isinstance(node.targets[0], ast.Name)
+                and node.targets[0].id.isupper()
+                and isinstance(node.value, ast.Constant)
+                and isinstance(node.value.value, str)
+                and not node.targets[0].id.endswith(("_ENV", "_DEFAULT"))
+            ):
+                keys.add(node.value.value)
     return keys
 
 
@@ -166,13 +212,108 @@ def _code_strings(path: Path) -> list[str]:
     ]
 
 
-def test_option_keys_are_spelled_only_in_options_py() -> None:
-    """No module but options.py has an option key as a string literal (dotted/dashed keys: unambiguous)."""
+def option_keys_elsewhere(strings: Mapping[str, Iterable[str]], keys: set[str]) -> list[str]:
+    return sorted(f"{m}: {s!r}" for m, found in strings.items() if _room(m) != "options" for s in found if s in keys)
+
+
+# ---------------------------------------------------------------- the rules, on the code
+
+
+def test_every_subpackage_and_module_has_a_layer() -> None:
+    """A new room must be placed in the layer table before it can be used."""
+    assert unplaced_rooms(_modules()) == []
+
+
+def test_every_package_directory_is_a_regular_package() -> None:
+    """A directory of modules without ``__init__.py`` is left out of the wheel (``packages = find:``)."""
+    dirs = {path.parent for path in PACKAGE.rglob("*.py") if "__pycache__" not in path.parts}
+    assert sorted(str(d.relative_to(PACKAGE)) for d in dirs if not (d / "__init__.py").exists()) == []
+
+
+def test_no_import_runs_up_a_layer() -> None:
+    """Imports (lazy ones inside functions, and imports of the package root, included) never go up a layer."""
+    assert upward_imports(_graph()) == []
+
+
+def test_the_package_root_is_imported_only_by_the_demo() -> None:
+    """The root is the public API: only the demo (a user's program) imports it; anything else would run up."""
+    assert sorted(m for m, targets in _graph().items() if "__init__" in targets) == ["demo"]
+
+
+def test_module_level_imports_have_no_cycles() -> None:
+    """The import graph of module-level imports is acyclic."""
+    assert cycles(_graph(top_level_only=True)) == []
+
+
+def test_the_spark_free_core_imports_neither_pyspark_nor_the_executor_path_nor_options() -> None:
+    """``protocol`` and ``store`` import no pyspark, no Spark glue, no executor code and no option parsing."""
+    raw = {m: _imports(p) for m, p in _modules().items()}
+    assert core_violations(raw) == []
+
+
+def test_executor_side_modules_load_no_catalog_code_at_import() -> None:
+    """What Spark's Python workers import (and unpickle) never pulls in a catalog, even transitively."""
+    modules = _modules()
+    raw = {m: _imports(p, top_level_only=True) for m, p in modules.items()}
+    assert set(EXECUTOR_SIDE) <= set(modules)
+    assert executor_catalog_imports(_graph(top_level_only=True), raw) == []
+
+
+def test_option_keys_are_spelled_only_in_options() -> None:
+    """No module outside options/ has an option key as a string literal (dotted/dashed keys: unambiguous)."""
     keys = {k for k in _option_keys() if "." in k.strip(".") or "-" in k}
-    assert {"writer.id", "writer.batch-id", "partition-by", "commit.max-wait-ms"} <= keys
-    found = []
-    for module, path in _modules().items():
-        if module == "options":
-            continue
-        found.extend(f"{module}: {s!r}" for s in _code_strings(path) if s in keys)
-    assert found == []
+    assert {"writer.id", "writer.batch-id", "partition-by", "commit.max-wait-ms", "split-size"} <= keys
+    strings = {m: _code_strings(p) for m, p in _modules().items()}
+    assert option_keys_elsewhere(strings, keys) == []
+
+
+# ---------------------------------------------------------------- every rule can fail
+
+
+@pytest.mark.parametrize(
+    ("graph", "expected"),
+    [
+        ({"protocol.commit": {"iceberg.commit.table_port"}}, ["protocol.commit -> iceberg.commit.table_port"]),
+        ({"ops.cli_args": {"__init__"}}, ["ops.cli_args -> __init__"]),
+        ({"store.s3": {"options.catalog"}}, ["store.s3 -> options.catalog"]),
+        ({"write.task": {"write.arrowcast"}, "spark.batch": {"write.transaction"}}, []),
+    ],
+)
+def test_the_layer_rule_catches_an_upward_import(graph: dict[str, set[str]], expected: list[str]) -> None:
+    """Synthetic graphs: an import up a layer (or of the root) is reported; a downward one is not."""
+    assert upward_imports(graph) == expected
+
+
+def test_the_root_import_is_seen_as_an_import_of_init() -> None:
+    """``from pyspark_fenced_sink import __version__`` resolves to ``__init__``, not to nothing."""
+    assert _internal([f"{NAME}.__version__"], _modules()) == {"__init__"}
+    assert _internal([f"{NAME}.failpoints"], _modules()) == {"failpoints"}
+
+
+def test_the_cycle_rule_catches_a_cycle() -> None:
+    """A two-module loop is reported."""
+    assert cycles({"a": {"b"}, "b": {"a"}}) == ["a -> b -> a"]
+
+
+def test_the_core_rule_catches_pyspark_and_options() -> None:
+    """The core importing pyspark or the option parser is reported."""
+    raw = {"protocol.x": ["pyspark.sql", f"{NAME}.options.write.SinkOptions"], "ops.y": ["pyspark.sql"]}
+    assert core_violations(raw) == [
+        "protocol.x imports pyspark.sql",
+        f"protocol.x imports {NAME}.options.write.SinkOptions",
+    ]
+
+
+def test_the_executor_rule_catches_a_transitive_catalog_import() -> None:
+    """An executor module reaching catalog code through another module is reported."""
+    graph = {"write.task": {"iceberg.codec.datafiles"}, "iceberg.codec.datafiles": {"iceberg.catalogs"}}
+    assert executor_catalog_imports(graph, {}) == ["write.task reaches iceberg.catalogs"]
+    assert executor_catalog_imports({"read.files": set()}, {"read.files": ["pyiceberg.catalog.sql.SqlCatalog"]}) == [
+        "read.files reaches read.files (pyiceberg.catalog.sql.SqlCatalog)"
+    ]
+
+
+def test_the_option_key_rule_catches_a_key_outside_options() -> None:
+    """A key spelled in another module is reported; in options/ it is not."""
+    strings = {"write.transaction": ["writer.id"], "options.write": ["writer.id"]}
+    assert option_keys_elsewhere(strings, {"writer.id"}) == ["write.transaction: 'writer.id'"]

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from pyspark_fenced_sink.iceberg.catalogs import open_table
-from pyspark_fenced_sink.options import catalog_config
+from pyspark_fenced_sink.options.catalog import catalog_config
 from pyspark_fenced_sink.testing.harness import rows, sink_write, table_ids
 from pyspark_fenced_sink.testing.invariants import check_table
 

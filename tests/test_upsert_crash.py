@@ -47,7 +47,7 @@ PEER = [(1, 7, "U"), (30, 1, "U")]
 _SCRIPT = """
 import json, sys
 import pyarrow as pa
-import pyspark_fenced_sink.iceberg.tombstones as t
+import pyspark_fenced_sink.iceberg.commit.tombstones as t
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 from pyspark_fenced_sink.testing.harness import sink_write
 t.TOMBSTONE_FILES_MAX = 1  # every commit with a remembered delete merges: the merge fail point fires

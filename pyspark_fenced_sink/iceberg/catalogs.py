@@ -1,4 +1,4 @@
-"""Catalogs and tables on the driver: load, create, check (PROTOCOL.md step 0; driver).
+"""Catalogs and tables on the driver: load, create, open (PROTOCOL.md step 0, §1.1; driver).
 
 * :func:`load_catalog` — the embedded default (pyiceberg ``SqlCatalog`` on
   SQLite at ``<warehouse>/catalog.db`` with a local warehouse) or a catalog
@@ -6,12 +6,10 @@
   / ``PYICEBERG_CATALOG__*``, ``catalog.<key>`` options pass properties
   through. Catalogs are cached per process (Spark reuses the driver's Python
   workers between commits).
-* :func:`resolve_table` — load the table or create it (namespace included)
-  from the DataFrame schema, check the DataFrame against it, and add columns
-  when ``merge-schema`` is on; all before any task runs, so a bad write leaves
-  nothing behind.
-* :func:`open_table` — one catalog read of an existing table and the protocol
-  context to commit to it (the sink, the CLI, tests and benchmarks all use it).
+* :func:`open_table` — one catalog read of a table (created first, namespace
+  included, when :class:`TableCreation` says how and it is missing; its own
+  settings checked) and the protocol context to commit to it. The write
+  transaction, the CLI, compaction, tests and benchmarks all open tables here.
 """
 
 from __future__ import annotations
@@ -19,14 +17,20 @@ from __future__ import annotations
 import fcntl
 import logging
 import threading
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pyspark_fenced_sink.errors import InvalidOptionsError
-from pyspark_fenced_sink.iceberg.table_port import IcebergTablePort
-from pyspark_fenced_sink.options import CatalogConfig, SinkOptions, redact
-from pyspark_fenced_sink.protocol.commit import CommitContext
+from pyspark_fenced_sink.errors import InvalidOptionsError, TableChangedError
+from pyspark_fenced_sink.iceberg.codec.fileio import io_properties
+from pyspark_fenced_sink.iceberg.codec.partitioning import parse_partition_by, same_partitioning, spec_to_text
+from pyspark_fenced_sink.iceberg.codec.write_properties import check_write_properties
+from pyspark_fenced_sink.iceberg.commit.manifests import merge_settings
+from pyspark_fenced_sink.iceberg.commit.table_port import IcebergTablePort
+from pyspark_fenced_sink.masking import redact
+from pyspark_fenced_sink.options.catalog import CatalogConfig
+from pyspark_fenced_sink.protocol.context import CommitContext
 from pyspark_fenced_sink.protocol.layout import control_root
 from pyspark_fenced_sink.protocol.view import TableIdentity, TableView, bind
 from pyspark_fenced_sink.protocol.wal import Wal
@@ -34,12 +38,12 @@ from pyspark_fenced_sink.store.registry import open_store
 
 __all__ = [
     "OpenedTable",
+    "TableCreation",
     "embedded_catalog",
     "embedded_catalog_exists",
-    "io_properties",
     "load_catalog",
     "open_table",
-    "resolve_table",
+    "validate_table_properties",
 ]
 
 logger = logging.getLogger(__name__)
@@ -123,71 +127,96 @@ def _ensure_namespace(catalog: Any, namespace: tuple[str, ...]) -> None:
             raise
 
 
-def resolve_table(catalog: Any, opts: SinkOptions, spark_schema: Any) -> Any:
-    """Load or create the table, check the DataFrame schema against it, merge columns if asked."""
-    from pyiceberg.exceptions import CommitFailedException, NoSuchTableError, TableAlreadyExistsError, ValidationError
+def validate_table_properties(properties: Mapping[str, str]) -> None:
+    """Raise :class:`InvalidOptionsError` for a table property a write or its commit would reject.
 
-    from pyspark_fenced_sink.iceberg.partitioning import parse_partition_by, same_partitioning, spec_to_text
-    from pyspark_fenced_sink.iceberg.schema import apply_additions, check_write_schema, iceberg_schema_from_spark
-    from pyspark_fenced_sink.iceberg.write_properties import validate_write_properties
+    Executors' Parquet settings (``iceberg.codec.write_properties``) and the commit's manifest
+    settings (``iceberg.commit.manifests``): checked on the driver before a table is created or a
+    task runs, so a bad value fails the write with nothing created and nothing written.
+    """
+    check_write_properties(properties)
+    merge_settings(properties, strict=True)  # commit.manifest-*: checked here, honoured at commit
+
+
+@dataclass(frozen=True)
+class TableCreation:
+    """How :func:`open_table` creates a missing table, and what an existing one must agree with.
+
+    Attributes:
+        schema: Builds the new table's schema (called only when the table is missing).
+        partition_by: Partition spec text (``"day(ts), bucket(16, id)"``); for an existing table,
+            if given, it must match the table's spec.
+        properties: Properties of a new table.
+    """
+
+    schema: Callable[[], Any]
+    partition_by: str = ""
+    properties: Mapping[str, str] = field(default_factory=dict)
+
+
+def _create(catalog: Any, name: str, creation: TableCreation) -> Any:
+    """Create table ``name`` (and its namespace); a concurrent creator's table is loaded instead."""
+    from pyiceberg.exceptions import TableAlreadyExistsError, ValidationError
+
+    schema = creation.schema()
+    spec = parse_partition_by(creation.partition_by, schema)
+    validate_table_properties(creation.properties)  # executors would fail after the table exists
+    _ensure_namespace(catalog, tuple(name.split(".")[:-1]))
+    try:
+        table = catalog.create_table(name, schema, partition_spec=spec, properties=dict(creation.properties))
+    except TableAlreadyExistsError:
+        return catalog.load_table(name)
+    except (ValueError, ValidationError) as e:  # e.g. table.format-version=9 or =abc
+        raise InvalidOptionsError(
+            f"cannot create table {name} with table properties {redact(creation.properties)}: "
+            f"{type(e).__name__}: {e}; fix the table.<property> options"
+        ) from e
+    logger.info("fencedlake: created table %s partitioned by [%s]", name, creation.partition_by)
+    return table
+
+
+def _check_existing(table: Any, name: str, creation: TableCreation) -> None:
+    """An existing table agrees with what the write asks for (partitioning) and its properties are valid."""
+    validate_table_properties(table.properties)  # fail on the driver, not in every task
+    if creation.partition_by.strip():
+        requested = parse_partition_by(creation.partition_by, table.schema())
+        if not same_partitioning(requested, table.spec()):
+            wanted = spec_to_text(requested, table.schema())
+            actual = spec_to_text(table.spec(), table.schema())
+            raise InvalidOptionsError(
+                f"table {name} exists partitioned by [{actual}] but partition-by asks for [{wanted}]: "
+                "drop the option or evolve the table's partition spec"
+            )
+
+
+def _load_or_create(
+    catalog: Any, name: str, creation: TableCreation | None, missing_hint: str, expected_uuid: str | None
+) -> Any:
+    from pyiceberg.exceptions import NoSuchTableError
 
     try:
-        table = catalog.load_table(opts.table)
+        table = catalog.load_table(name)
     except NoSuchTableError:
-        if not opts.create_table:
-            raise InvalidOptionsError(
-                f"table {opts.table} does not exist and create-table=false: create it first or drop the option"
+        if expected_uuid is not None:
+            raise TableChangedError(
+                f"table {name} was dropped while the write ran (it was planned for table {expected_uuid}); "
+                "nothing was committed, re-run the write",
+                table=name,
             ) from None
-        schema = iceberg_schema_from_spark(spark_schema)
-        if opts.upsert and opts.upsert_keys:  # an upsert creates its keys as the table's identifier fields
-            from pyspark_fenced_sink.iceberg.upsert_plan import with_identifier_fields
-
-            schema = with_identifier_fields(schema, opts.upsert_keys, opts.table)
-        spec = parse_partition_by(opts.partition_by, schema)
-        validate_write_properties(opts.table_properties)  # executors would fail after the table exists
-        _ensure_namespace(catalog, tuple(opts.table.split(".")[:-1]))
-        try:
-            table = catalog.create_table(
-                opts.table, schema, partition_spec=spec, properties=dict(opts.table_properties)
-            )
-            logger.info("fencedlake: created table %s partitioned by [%s]", opts.table, opts.partition_by)
-        except TableAlreadyExistsError:
-            table = catalog.load_table(opts.table)
-        except (ValueError, ValidationError) as e:  # e.g. table.format-version=9 or =abc
-            raise InvalidOptionsError(
-                f"cannot create table {opts.table} with table properties {redact(opts.table_properties)}: "
-                f"{type(e).__name__}: {e}; fix the table.<property> options"
-            ) from e
-    else:
-        validate_write_properties(table.properties)  # fail on the driver, not in every task
-        if opts.partition_by.strip():
-            requested = parse_partition_by(opts.partition_by, table.schema())
-            if not same_partitioning(requested, table.spec()):
-                wanted = spec_to_text(requested, table.schema())
-                actual = spec_to_text(table.spec(), table.schema())
-                raise InvalidOptionsError(
-                    f"table {opts.table} exists partitioned by [{actual}] but partition-by asks for [{wanted}]: "
-                    "drop the option or evolve the table's partition spec"
-                )
-    for _ in range(10):
-        plan = check_write_schema(
-            spark_schema, table.schema(), merge_schema=opts.merge_schema, nulls_checked_per_row=opts.upsert
+        if creation is None:
+            raise InvalidOptionsError(f"table {name} does not exist{missing_hint}") from None
+        return _create(catalog, name, creation)
+    uuid = str(table.metadata.table_uuid)
+    if expected_uuid is not None and uuid != expected_uuid:
+        raise TableChangedError(
+            f"table {name} is now table {uuid}, not {expected_uuid} that this write was planned for: it was "
+            "dropped and re-created, or renamed and replaced, while the write ran; nothing was committed, "
+            "re-run the write",
+            table=name,
         )
-        if not plan.additions:
-            return table
-        try:
-            with table.update_schema() as update:
-                apply_additions(update, plan)
-            logger.info("fencedlake: merged %d new column(s) into %s", len(plan.additions), opts.table)
-        except CommitFailedException:
-            pass  # a concurrent schema change: reload and check again
-        table = catalog.load_table(opts.table)
-    raise InvalidOptionsError(f"table {opts.table}: schema merge kept conflicting with concurrent changes; retry")
-
-
-def io_properties(table: Any) -> dict[str, str]:
-    """The table's FileIO properties (storage credentials: never log them unmasked)."""
-    return dict(getattr(table.io, "properties", {}) or {})
+    if creation is not None:
+        _check_existing(table, name, creation)
+    return table
 
 
 @dataclass(frozen=True)
@@ -198,11 +227,13 @@ class OpenedTable:
         ctx: The commit context (its port is :attr:`port`).
         port: The catalog port the context commits through.
         view: The committed version read when the table was opened.
+        config: The catalog it was opened from.
     """
 
     ctx: CommitContext
     port: IcebergTablePort
     view: TableView
+    config: CatalogConfig = field(default_factory=CatalogConfig)
 
     @property
     def table(self) -> Any:
@@ -214,6 +245,9 @@ def open_table(
     config: CatalogConfig,
     name: str,
     *,
+    create: TableCreation | None = None,
+    missing_hint: str = "",
+    expected_uuid: str | None = None,
     table: Any = None,
     max_wait_ms: int | None = None,
     max_group: int | None = None,
@@ -222,6 +256,9 @@ def open_table(
 ) -> OpenedTable:
     """Open table ``name`` of ``config``'s catalog: one catalog read (none if ``table`` is given).
 
+    With ``create``, a missing table is created first (see :class:`TableCreation`) and an existing
+    one is checked against it; without, a missing table is an error (``missing_hint`` ends its message).
+    With ``expected_uuid`` (a write planned earlier), the name must still hold that table.
     ``max_wait_ms`` and ``max_group`` override the commit limits' defaults (the
     ``commit.max-wait-ms`` and ``commit.max-group-size`` options). With
     ``check=False`` the table's state is not checked (``repair-state`` opens a
@@ -230,10 +267,15 @@ def open_table(
     current location and UUID).
 
     Raises:
-        InvalidOptionsError: the catalog cannot be loaded or the table does not exist.
+        InvalidOptionsError: the catalog cannot be loaded, the table does not exist (and is not to be
+            created), or it cannot be created as asked.
+        TableChangedError: ``expected_uuid`` is given and the name no longer holds that table.
     """
-    port = IcebergTablePort(load_catalog(config), name)
-    raw = port.remember(table) if table is not None else port.load()
+    catalog = load_catalog(config)
+    port = IcebergTablePort(catalog, name)
+    raw = port.remember(
+        table if table is not None else _load_or_create(catalog, name, create, missing_hint, expected_uuid)
+    )
     loaded = port.table(raw)
     uuid = str(loaded.metadata.table_uuid)
     if check:
@@ -252,4 +294,4 @@ def open_table(
         ctx.max_wait_s = max_wait_ms / 1000.0
     if max_group is not None:
         ctx.max_group = max_group
-    return OpenedTable(ctx, port, ctx.check(raw) if check else raw)
+    return OpenedTable(ctx, port, ctx.check(raw) if check else raw, config)

@@ -1,15 +1,9 @@
-"""The ``fencedlake`` operator CLI: status, wal, recover, gc, fence, skip, repair-state, publish, compact (§5-§8).
+"""The ``fencedlake`` command line (PROTOCOL.md §8.1): status, wal, recover, fence, gc, skip, repair-state, ...
 
-It takes the same catalog configuration as the sink: the embedded default
-(``--warehouse``, else ``$FENCEDLAKE_WAREHOUSE``, else ``./fencedlake-warehouse``),
-a named pyiceberg catalog (``--catalog NAME``), or pyiceberg properties
-(``--catalog-prop key=value``, repeatable). Every command prints a readable
-table, or JSON with ``--json``. Exit status: 0 done, 2 bad input or a table
-that cannot be read (the message says which object and what to do), 3 work
-left undone (entries wait behind a missing WAL position, a barrier is
-durable but not committed, a compaction was refused: the message says what blocks it), 1 an
-unexpected failure. Nothing here takes a lock: every change goes through the
-protocol (a WAL barrier and a catalog commit), so it is safe while writers run.
+Each command is a function here over the logic in ``ops/`` and ``protocol/``;
+arguments are ``cli_args``'. Exit status: 0 done, 2 bad input or control data
+that needs an operator, 3 work left undone (entries still waiting, a fence not
+committed, a compaction refused).
 """
 
 from __future__ import annotations
@@ -39,7 +33,8 @@ EXIT_BROKEN_PIPE = 141
 def _open(args: argparse.Namespace, **kwargs: Any) -> Any:
     """The table the command names, opened with one catalog read (an ``OpenedTable``)."""
     from pyspark_fenced_sink.iceberg.catalogs import embedded_catalog_exists, open_table
-    from pyspark_fenced_sink.options import catalog_config, validate_table_name
+    from pyspark_fenced_sink.options.catalog import catalog_config
+    from pyspark_fenced_sink.options.common import validate_table_name
 
     properties = {}
     for prop in args.catalog_prop:
@@ -277,8 +272,7 @@ def _cmd_gc(args: argparse.Namespace) -> int:
 
 
 def _cmd_fence(args: argparse.Namespace) -> int:
-    from pyspark_fenced_sink.options import validate_writer_id
-    from pyspark_fenced_sink.protocol.fencing import fence_writer
+    from pyspark_fenced_sink.protocol.fencing import fence_writer, validate_writer_id
 
     validate_writer_id(args.writer_id)
     ctx = _open(args).ctx
@@ -294,7 +288,7 @@ def _cmd_fence(args: argparse.Namespace) -> int:
 
 
 def _cmd_publish(args: argparse.Namespace) -> int:
-    from pyspark_fenced_sink.iceberg.table_port import check_publish
+    from pyspark_fenced_sink.iceberg.commit.producers import check_publish
     from pyspark_fenced_sink.protocol.publish import publish_branch, publish_entry
 
     publish_entry(args.branch)  # validates the name before anything is read

@@ -1,8 +1,4 @@
-"""The ``fencedlake`` CLI's arguments: every command, its help and its options (ops.cli runs them).
-
-Every command takes the table as its first argument and the common catalog
-options (``--catalog``, ``--catalog-prop``, ``--warehouse``, ``--json``).
-"""
+"""The ``fencedlake`` command line's argument parser (PROTOCOL.md §8.1): one sub-parser per command."""
 
 from __future__ import annotations
 
@@ -91,7 +87,7 @@ _HELP = {
 
 
 def _version() -> str:
-    from pyspark_fenced_sink import __version__
+    from pyspark_fenced_sink.version import __version__
 
     return __version__
 

@@ -4,7 +4,7 @@
 (``ops.compact_plan``), opens an anonymous writer (its files are protected from
 ``gc`` like any pending write's), rewrites every group in one Spark job — one
 task per group (``ops.compact_task``) — and commits **one** ``compact`` entry for
-the whole compaction through the WAL and the group commit (``protocol.outcome``):
+the whole compaction through the WAL and the group commit (a ``write.transaction``):
 applied only if every input is still live when it is applied, else REFUSED
 and its outputs removed, nothing lost. One entry, so readers see one snapshot
 that replaces every group at once; a concurrent overwrite of any input refuses
@@ -27,23 +27,16 @@ from pyiceberg.table import TableProperties
 
 from pyspark_fenced_sink import failpoints, logs
 from pyspark_fenced_sink.errors import InvalidOptionsError, WriteRejectedError
-from pyspark_fenced_sink.iceberg.catalogs import OpenedTable, io_properties, open_table
-from pyspark_fenced_sink.iceberg.scan import executor_metadata
+from pyspark_fenced_sink.iceberg.catalogs import OpenedTable, open_table
+from pyspark_fenced_sink.iceberg.planning.scan import executor_metadata
 from pyspark_fenced_sink.ops.compact_plan import MIN_INPUT_FILES_DEFAULT, CompactionPlan, plan_compaction
 from pyspark_fenced_sink.ops.compact_task import rewrite_group, sort_columns
-from pyspark_fenced_sink.options import (
-    CATALOG,
-    CATALOG_PREFIX,
-    COMMIT_MAX_WAIT_MS,
-    WAREHOUSE,
-    catalog_config,
-    validate_table_name,
-)
-from pyspark_fenced_sink.protocol.fencing import open_writer
-from pyspark_fenced_sink.protocol.filetag import FileTag, table_tag
-from pyspark_fenced_sink.protocol.outcome import data_entry, finish_write
-from pyspark_fenced_sink.protocol.wal import WriteMode, encoded_path
+from pyspark_fenced_sink.options.catalog import CATALOG, CATALOG_PREFIX, WAREHOUSE, catalog_config
+from pyspark_fenced_sink.options.common import validate_table_name
+from pyspark_fenced_sink.options.write import COMMIT_MAX_WAIT_MS, SinkOptions
+from pyspark_fenced_sink.protocol.entry import WriteMode
 from pyspark_fenced_sink.write.task import TaskInfo, WriteResult, WriteSpec, task_info_from_spark
+from pyspark_fenced_sink.write.transaction import WriteTransaction, Written
 
 __all__ = ["CompactionResult", "compact", "compact_table", "local_runner", "spark_runner"]
 
@@ -120,16 +113,6 @@ def _report_progress(sc: Any, table: str, total: int, done: threading.Event) -> 
         logger.info("fencedlake compact %s: %d/%d groups rewritten", table, finished, total)
 
 
-def _remove(table: Any, paths: Sequence[str]) -> None:
-    for path in paths:
-        try:
-            table.io.delete(path)
-        except FileNotFoundError:
-            pass
-        except OSError as e:  # an orphan for gc; the outcome stands
-            logger.warning("fencedlake compact: could not remove %s: %s", path, e)
-
-
 def compact_table(
     opened: OpenedTable,
     name: str,
@@ -148,7 +131,7 @@ def compact_table(
         CommitOutcomeUnknownError: the entry is durable; the next commit on the table applies or refuses it.
     """
     started = time.monotonic()
-    table, ctx, view = opened.table, opened.ctx, opened.view
+    table = opened.table
     plan = plan_compaction(table, name, where=where, target_file_size=target_file_size, min_input_files=min_input_files)
     base = CompactionResult(name, "dry-run", plan.snapshot_id, len(plan.groups), plan.input_files, plan.input_bytes)
     logger.info(
@@ -166,45 +149,30 @@ def compact_table(
     failpoints.hit("compact.after-plan")
     if not plan.groups or dry_run:
         return _done(base, "dry-run" if dry_run else "nothing-to-do", started)
-    identity = open_writer(ctx, None, view=view)
-    metadata = table.metadata
-    uuid = str(metadata.table_uuid)
-    properties = {**metadata.properties, TableProperties.WRITE_TARGET_FILE_SIZE_BYTES: str(plan.target_file_size)}
-    spec = WriteSpec(
-        table=name,
-        location=metadata.location,
-        schema_json=metadata.schema().model_dump_json(),
-        spec_json=metadata.spec().model_dump_json(),
-        spec_id=metadata.default_spec_id,
-        table_uuid=uuid,
-        format_version=metadata.format_version,
-        properties=properties,
-        io_properties=io_properties(table),
-        tag=FileTag(identity.writer, True, None, identity.opened, None, table=table_tag(uuid)),
+    opts = SinkOptions(table=name, catalog=opened.config, commit_max_wait_ms=round(opened.ctx.max_wait_s * 1000))
+    target = {TableProperties.WRITE_TARGET_FILE_SIZE_BYTES: str(plan.target_file_size)}
+    txn = WriteTransaction.open(
+        opened, opts, WriteMode.COMPACT, inputs=plan.inputs, folded=plan.folded, properties=target
     )
-    results = run(spec, executor_metadata(metadata, metadata.schema()), plan, sort_columns(metadata))
-    files = [f for r in results for f in r.files]
-    rows = sum(r.rows for r in results)
-    if rows != sum(g.input_rows for g in plan.groups):
-        _remove(table, [encoded_path(f) for f in files])
+    metadata = table.metadata
+    results = run(txn.spec, executor_metadata(metadata, metadata.schema()), plan, sort_columns(metadata))
+    done = Written(files=tuple(f for r in results for f in r.files), rows=sum(r.rows for r in results))
+    expected = sum(g.input_rows for g in plan.groups)
+    if done.rows != expected:
+        txn.abort(done)
         raise WriteRejectedError(
-            f"table {name}: compaction read {sum(g.input_rows for g in plan.groups)} rows from its inputs' "
-            f"statistics but wrote {rows}; nothing was committed and its outputs were removed (report this)",
+            f"table {name}: compaction read {expected} rows from its inputs' statistics but wrote {done.rows}; "
+            "nothing was committed and its outputs were removed (report this)",
             table=name,
         )
     failpoints.hit("compact.after-rewrite")
-    entry = data_entry(
-        identity,
-        files,
-        mode=WriteMode.COMPACT,
-        rows=rows,
-        spec_id=metadata.default_spec_id,
-        inputs=plan.inputs,
-        folded=plan.folded,
-    )
-    written: dict[str, Any] = {"output_files": len(files), "output_bytes": sum(r.bytes for r in results), "rows": rows}
+    written: dict[str, Any] = {
+        "output_files": len(done.files),
+        "output_bytes": sum(r.bytes for r in results),
+        "rows": done.rows,
+    }
     try:
-        result = finish_write(ctx, entry, lambda paths: _remove(table, paths), view=view)
+        result = txn.commit(done, opened=opened)
     except WriteRejectedError as e:
         logger.warning("fencedlake compact %s: refused, outputs removed: %s", name, e)
         return _done(base, "refused", started, seq=e.fields.get("seq"), detail=str(e), **written)

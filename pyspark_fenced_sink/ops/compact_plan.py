@@ -26,12 +26,12 @@ from pyiceberg.expressions import AlwaysTrue
 from pyiceberg.table import FileScanTask, TableProperties
 
 from pyspark_fenced_sink.errors import InvalidOptionsError
-from pyspark_fenced_sink.iceberg.datafiles import encode_partition
-from pyspark_fenced_sink.iceberg.key_index import Reads, delete_positions
-from pyspark_fenced_sink.iceberg.row_delta import named_data_file
-from pyspark_fenced_sink.iceberg.row_filter import bind_row_filter, file_matcher
-from pyspark_fenced_sink.iceberg.scan import ReadPoint, executor_task, plan_files
-from pyspark_fenced_sink.iceberg.write_properties import size_property
+from pyspark_fenced_sink.iceberg.codec.datafiles import encode_partition
+from pyspark_fenced_sink.iceberg.codec.row_filter import bind_row_filter, file_matcher
+from pyspark_fenced_sink.iceberg.codec.write_properties import size_property
+from pyspark_fenced_sink.iceberg.commit.key_index import Reads, delete_positions
+from pyspark_fenced_sink.iceberg.commit.row_delta import named_data_file
+from pyspark_fenced_sink.iceberg.planning.scan import ReadPoint, executor_task, plan_files
 from pyspark_fenced_sink.protocol.replace import Match
 
 __all__ = ["MIN_INPUT_FILES_DEFAULT", "MIN_SIZE_RATIO", "CompactionGroup", "CompactionPlan", "plan_compaction"]

@@ -37,12 +37,14 @@ from typing import Any
 from pyiceberg.exceptions import CommitFailedException
 
 from pyspark_fenced_sink import failpoints
-from pyspark_fenced_sink.protocol.commit import CommitContext, recover
+from pyspark_fenced_sink.iceberg.codec.fileio import io_properties
+from pyspark_fenced_sink.protocol.commit import recover
+from pyspark_fenced_sink.protocol.context import CommitContext
+from pyspark_fenced_sink.protocol.entry import EntryKind, WalEntry, encoded_path
 from pyspark_fenced_sink.protocol.fencing import new_token, put_barrier
 from pyspark_fenced_sink.protocol.filetag import ApplyTag, FileTag, table_tag
 from pyspark_fenced_sink.protocol.layout import KEYS_PREFIX
 from pyspark_fenced_sink.protocol.state import CommittedState, decode_record
-from pyspark_fenced_sink.protocol.wal import EntryKind, WalEntry, encoded_path
 from pyspark_fenced_sink.store.registry import filesystem_path, open_filesystem
 
 __all__ = ["GcReport", "collectable", "expire_writes", "gc", "truncate_wal"]
@@ -200,7 +202,7 @@ def gc(
     view = ctx.load()
     table = ctx.port.table(view)  # type: ignore[attr-defined]
     referenced = _referenced(table, progress)
-    fs, root = open_filesystem(table.metadata.location, dict(getattr(table.io, "properties", {}) or {}))
+    fs, root = open_filesystem(table.metadata.location, io_properties(table))
     listing = fs.find(f"{root.rstrip('/')}/data", detail=True) if fs.exists(f"{root.rstrip('/')}/data") else {}
     pending = _pending_paths(ctx, view.state.upper)
     judged = view.state

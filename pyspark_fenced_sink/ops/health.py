@@ -28,7 +28,7 @@ from pyiceberg.table import TableProperties
 from pyiceberg.table.snapshots import Operation, Snapshot
 from pyiceberg.utils.concurrent import ExecutorFactory
 
-from pyspark_fenced_sink.iceberg.write_properties import size_property
+from pyspark_fenced_sink.iceberg.codec.write_properties import size_property
 
 __all__ = ["SMALL_FILE_FRACTION", "file_health", "last_compaction_text", "small_file_threshold"]
 

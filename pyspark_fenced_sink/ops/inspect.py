@@ -12,10 +12,11 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from pyspark_fenced_sink.protocol.commit import CommitContext, TableView
+from pyspark_fenced_sink.protocol.context import CommitContext
+from pyspark_fenced_sink.protocol.entry import TOKEN_CHARS, WalEntry, encoded_path
 from pyspark_fenced_sink.protocol.reconcile import Outcome, Position, position, reconcile
 from pyspark_fenced_sink.protocol.state import SUMMARY_UPSERT, decode_record
-from pyspark_fenced_sink.protocol.wal import TOKEN_CHARS, WalEntry, encoded_path
+from pyspark_fenced_sink.protocol.view import TableView
 
 __all__ = ["live_paths_of", "pending_summary", "recent_commits", "wal_rows"]
 

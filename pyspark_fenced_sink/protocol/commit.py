@@ -1,29 +1,12 @@
-"""The commit protocol loop (PROTOCOL.md §3-§6, steps 3-6; driver).
+"""The commit loop (PROTOCOL.md §3-§6, steps 3-6; driver).
 
-``commit_entry`` takes one prepared WAL entry (the write's files are already
-durable) and returns only when that entry's outcome is known:
-
-3. put the entry with put-if-absent at the first free WAL position (``wal``);
-4. reconcile the pending entries from the committed upper on (``reconcile``);
-5. make ONE catalog commit that applies every pending entry it can — its own
-   and its peers' (group commit) — and advances the committed state, guarded
-   by a compare-and-swap on the table's current snapshot (``TablePort``); if
-   the catalog side refuses the commit's head entry on that version
-   (``replace.EntryRefused``), the entry is decided REFUSED and that decision
-   is committed instead;
-6. report the outcome: applied, duplicate (success), fenced or rejected
-   (errors); or, if the outcome cannot be known, CommitOutcomeUnknownError —
-   the entry stays durable and the next committer applies it.
-
-The loop is the only retry loop: pyiceberg's own commit retry is off (it
-rebases a stale commit onto the new snapshot and lands it). After a conflict
-the loop re-reads the committed state and re-plans; after an unknown commit
-outcome it re-reads and decides from what it finds — never a blind retry. A
-writer whose entry a peer reconciled finds the outcome in the peer's commit
-record and is done without a commit of its own.
-
-Catalog access goes through :class:`TablePort`; ``iceberg.table_port`` implements
-it over pyiceberg, and the model test over an in-memory register.
+:func:`commit_entry` puts one entry into the WAL and returns only when its
+outcome is known: it reconciles the pending entries from the committed upper,
+makes one catalog commit that applies every entry it can (group commit; peers'
+entries too), and learns peers' decisions from their commit records. It is the
+only retry loop: after a conflict it re-reads and re-plans, after an unknown
+outcome it re-reads and decides from what it finds — never a blind retry.
+:func:`recover` commits every pending entry (what the next writer would do).
 """
 
 from __future__ import annotations
@@ -38,24 +21,14 @@ from pyspark_fenced_sink.errors import (
     FencedLakeError,
     TableStateError,
 )
-from pyspark_fenced_sink.protocol.context import CommitConflict, CommitContext, CommitResult, CommitUnknown, TablePort
+from pyspark_fenced_sink.protocol.context import CommitConflict, CommitContext, CommitResult, CommitUnknown
+from pyspark_fenced_sink.protocol.entry import TOKEN_CHARS, EntryKind, WalEntry, encoded_path
 from pyspark_fenced_sink.protocol.reconcile import Outcome, Position, ReconcilePlan, position, reconcile
 from pyspark_fenced_sink.protocol.replace import EntryRefused, Refusals
 from pyspark_fenced_sink.protocol.state import CommitRecord, CommittedState
-from pyspark_fenced_sink.protocol.view import TableIdentity, TableView
-from pyspark_fenced_sink.protocol.wal import TOKEN_CHARS, EntryKind, WalEntry, encoded_path
+from pyspark_fenced_sink.protocol.view import TableView
 
-__all__ = [
-    "CommitConflict",
-    "CommitContext",
-    "CommitResult",
-    "CommitUnknown",
-    "TableIdentity",
-    "TablePort",
-    "TableView",
-    "commit_entry",
-    "recover",
-]
+__all__ = ["commit_entry", "recorded_token", "recover"]
 
 logger = logging.getLogger(__name__)
 

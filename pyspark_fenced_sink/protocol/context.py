@@ -15,13 +15,16 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from pyspark_fenced_sink.errors import TableChangedError, TableStateError
-from pyspark_fenced_sink.options import COMMIT_MAX_GROUP_SIZE_DEFAULT, COMMIT_MAX_WAIT_MS_DEFAULT
-from pyspark_fenced_sink.protocol.reconcile import Outcome, ReconcilePlan
+from pyspark_fenced_sink.protocol.entry import WalEntry
+from pyspark_fenced_sink.protocol.reconcile import MAX_GROUP_DEFAULT, Outcome, ReconcilePlan
 from pyspark_fenced_sink.protocol.state import CommitRecord, CommittedState
 from pyspark_fenced_sink.protocol.view import TableIdentity, TableView, bind
-from pyspark_fenced_sink.protocol.wal import Wal, WalEntry
+from pyspark_fenced_sink.protocol.wal import Wal
 
-__all__ = ["CommitConflict", "CommitContext", "CommitResult", "CommitUnknown", "TablePort"]
+__all__ = ["MAX_WAIT_MS_DEFAULT", "CommitConflict", "CommitContext", "CommitResult", "CommitUnknown", "TablePort"]
+
+#: A commit waits this long for its entry's outcome before "outcome unknown" (option ``commit.max-wait-ms``).
+MAX_WAIT_MS_DEFAULT = 300_000
 
 #: Entries pending longer than this have their data files checked before they are applied: tools like
 #: Iceberg's remove_orphan_files delete unreferenced files older than days (PROTOCOL.md §8).
@@ -88,8 +91,8 @@ class CommitContext:
     port: TablePort
     wal: Wal
     identity: TableIdentity | None = None
-    max_wait_s: float = COMMIT_MAX_WAIT_MS_DEFAULT / 1000
-    max_group: int = COMMIT_MAX_GROUP_SIZE_DEFAULT
+    max_wait_s: float = MAX_WAIT_MS_DEFAULT / 1000
+    max_group: int = MAX_GROUP_DEFAULT
     file_exists: Callable[[str], bool] | None = None
     verify_files_after_s: float = VERIFY_FILES_AFTER_S
     backoff_base_s: float = 0.02

@@ -1,32 +1,14 @@
 """WAL entries: their kinds, write modes and the JSON codec (PROTOCOL.md §3, §5.1, §5.2; driver).
 
-Entry kinds:
-
-* ``data``   — a write's files (or none) and how they change the table
-  (:class:`WriteMode`: append, overwrite, dynamic partition overwrite with its
-  partition set, replace-where with its row filter, compaction with its input
-  files), the target branch and snapshot properties, with the writer identity,
-  epoch, batch id and run;
-* ``fence``  — a fence barrier: the writer's epoch becomes this entry's seq;
-  older epochs' entries after it are never applied (I4). Batch writers put
-  one when they open, streaming runs when they register, the CLI to fence;
-* ``expire`` — ``gc``'s barrier: anonymous writes opened before
-  ``expire_before`` are rejected from here on (I6);
-* ``skip``   — an operator's no-op at a position whose object was lost or
-  damaged (``fencedlake skip``), with the operator's reason;
-* ``publish`` — fast-forward main to a branch (``fencedlake publish``).
-
-An ``upsert`` data entry (PROTOCOL.md §5.4) also carries its key and order
-columns (``protocol.upsert.UpsertSpec``) and its delete-key files.
-
-Format compatibility: entries are written with format version 2 unless they use
-a field added in version 3 (a write mode other than append/overwrite, a
-partition set, a row filter, a branch, snapshot properties, a publish entry,
-compaction inputs), so
-a fleet that upgrades writer by writer keeps working for plain appends; a
-version-2 reader refuses a version-3 entry with an upgrade hint instead of
-misreading it (e.g. applying a branch write to main). Upsert entries are
-version 4: a reader of 2 and 3 refuses them the same way. Version 4 readers read all three.
+Kinds: ``data`` (a write's files and how they change the table: :class:`WriteMode`),
+``fence`` (a barrier: the writer's epoch), ``expire`` (gc's barrier), ``skip`` (an
+operator's no-op at a lost position) and ``publish``. An ``upsert`` data entry
+also carries its key and order columns (``protocol.upsert.UpsertSpec``) and its
+delete-key files (PROTOCOL.md §5.4). Entries that use no version-3 field are
+written as version 2, so a fleet upgrading writer by writer keeps working; a
+version-2 reader refuses a version-3 entry with an upgrade hint; upsert entries
+(and compactions that fold delete files) are version 4, refused by readers of 2
+and 3 the same way.
 """
 
 from __future__ import annotations

@@ -1,42 +1,57 @@
 """Writer identities, epochs and fence barriers (PROTOCOL.md step 1, §7; driver).
 
-An epoch is a WAL position: the seq of the ``fence`` barrier that opened the
-incarnation. Positions are totally ordered and never reused, so epochs are
-too, and
-"entries of an older epoch written after a newer epoch opened" is simply
-"entries of epoch e at a seq above a later epoch's seq" — which
-reconciliation marks FENCED (``reconcile._decide``).
-
-* Batch writes with ``writer.id`` open an incarnation when the driver plans
-  the write: :func:`open_writer` puts a fence barrier and the epoch travels to
-  the commit inside the pickled writer.
-* Batch writes without ``writer.id`` get an anonymous id, no epoch and no
-  state: nothing else can ever use the id. They remember the upper they
-  opened at, so ``gc`` can expire them (PROTOCOL.md §8).
-* Streaming queries have no driver-side hook per run: Spark calls
-  ``streamWriter()`` for every micro-batch. The run id (Spark's runId,
-  reported by executors) identifies the incarnation. A run *registers* at its
-  first commit (:func:`stream_epoch`): it puts a fence barrier (its epoch, so
-  its claim is ordered by its registration exactly like a batch writer's
-  open), then records the epoch in the run registry
-  (``runs/{writer}/{run}.json``, put-if-absent). A run whose recorded epoch
-  is older than the writer's committed epoch was fenced; it never registers
-  again, so a zombie cannot resurrect itself.
+An epoch is the WAL position of the ``fence`` barrier that opened an
+incarnation: batch writers with ``writer.id`` put one when they open
+(:func:`open_writer`), streaming runs when they register at their first commit
+(:func:`stream_epoch`, with the run registry), the CLI to fence. Entries of an
+older epoch above a newer epoch's barrier are FENCED by reconciliation.
+:func:`put_barrier` never trusts a position a truncation may have reused.
 """
 
 from __future__ import annotations
 
+import re
 import uuid
 from dataclasses import dataclass
 
 from pyspark_fenced_sink import failpoints
-from pyspark_fenced_sink.errors import CommitOutcomeUnknownError, FencedWriterError
-from pyspark_fenced_sink.options import validate_writer_id
-from pyspark_fenced_sink.protocol.commit import CommitContext, TableView, recorded_token, recover
+from pyspark_fenced_sink.errors import CommitOutcomeUnknownError, FencedWriterError, InvalidOptionsError
+from pyspark_fenced_sink.protocol.commit import recorded_token, recover
+from pyspark_fenced_sink.protocol.context import CommitContext
+from pyspark_fenced_sink.protocol.entry import TOKEN_CHARS, EntryKind, WalEntry
 from pyspark_fenced_sink.protocol.state import CommittedState
-from pyspark_fenced_sink.protocol.wal import TOKEN_CHARS, EntryKind, WalEntry
+from pyspark_fenced_sink.protocol.view import TableView
 
-__all__ = ["WriterIdentity", "fence_writer", "new_token", "open_writer", "put_barrier", "stream_epoch"]
+__all__ = [
+    "WRITER_ID_PATTERN",
+    "WriterIdentity",
+    "fence_writer",
+    "new_token",
+    "open_writer",
+    "put_barrier",
+    "stream_epoch",
+    "validate_writer_id",
+]
+
+#: Writer ids (and branch names): letters, digits, ``_ . -``; 1 to 128 characters; not starting with ``.`` or
+#: ``-``. A writer id names run-registry keys (``protocol.layout``), so it can never name a parent directory.
+WRITER_ID_PATTERN = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
+
+
+def validate_writer_id(writer_id: str) -> str:
+    """Return ``writer_id`` if it is a valid writer identity (:data:`WRITER_ID_PATTERN`), else raise.
+
+    It can never name a parent directory or an option-like token.
+
+    Raises:
+        InvalidOptionsError: the id is empty, too long or has other characters.
+    """
+    if not WRITER_ID_PATTERN.fullmatch(writer_id or ""):  # fullmatch: "$" alone accepts a trailing "\n"
+        raise InvalidOptionsError(
+            f"writer.id {writer_id!r} is invalid: expected 1-128 characters of letters, digits, "
+            "'_', '.', '-', not starting with '.' or '-'"
+        )
+    return writer_id
 
 
 def new_token() -> str:

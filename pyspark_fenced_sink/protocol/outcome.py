@@ -17,11 +17,13 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from pyspark_fenced_sink.errors import FencedWriterError, WriteRejectedError
-from pyspark_fenced_sink.protocol.commit import CommitContext, CommitResult, TableView, commit_entry
+from pyspark_fenced_sink.protocol.commit import commit_entry
+from pyspark_fenced_sink.protocol.context import CommitContext, CommitResult
+from pyspark_fenced_sink.protocol.entry import EntryKind, WalEntry, WriteMode, encoded_path, partitions_of
 from pyspark_fenced_sink.protocol.fencing import WriterIdentity, new_token
 from pyspark_fenced_sink.protocol.reconcile import Outcome
 from pyspark_fenced_sink.protocol.upsert import UpsertSpec
-from pyspark_fenced_sink.protocol.wal import EntryKind, WalEntry, WriteMode, encoded_path, partitions_of
+from pyspark_fenced_sink.protocol.view import TableView
 
 __all__ = ["data_entry", "finish_write", "raise_for_outcome"]
 

@@ -11,10 +11,11 @@ changed data since the branch forked, the entry is REFUSED and nothing moves.
 from __future__ import annotations
 
 from pyspark_fenced_sink.errors import InvalidOptionsError
-from pyspark_fenced_sink.protocol.commit import CommitContext, CommitResult, commit_entry
+from pyspark_fenced_sink.protocol.commit import commit_entry
+from pyspark_fenced_sink.protocol.context import CommitContext, CommitResult
+from pyspark_fenced_sink.protocol.entry import MAIN_BRANCH, EntryKind, WalEntry, WriteMode
 from pyspark_fenced_sink.protocol.fencing import new_token
 from pyspark_fenced_sink.protocol.outcome import raise_for_outcome
-from pyspark_fenced_sink.protocol.wal import MAIN_BRANCH, EntryKind, WalEntry, WriteMode
 
 __all__ = ["publish_branch", "publish_entry"]
 

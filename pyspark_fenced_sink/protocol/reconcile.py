@@ -1,48 +1,16 @@
-"""Three-way reconciliation of pending WAL entries (PROTOCOL.md §5; pure, driver).
+"""Three-way reconciliation of pending WAL entries against the committed upper (PROTOCOL.md §5; pure, driver).
 
-``reconcile(state, entries)`` decides, from the committed state and the WAL
-entries read from the committed upper on, what the next catalog commit does.
-It performs no I/O, so the model-based test can run it through thousands of
-interleavings.
-
-Positions are classified against the committed upper ``U`` (:func:`position`):
-
-* **below** (``seq < U``): already reconciled by a committed commit. Never
-  applied again and never waited for: a writer that finds its own entry below
-  the upper looks its outcome up in the commit records (PROTOCOL.md §6).
-* **at** (``seq == U``): next in line. Reconciled now; the upper moves past
-  it and the following position is "at" in turn, so one plan reconciles the
-  whole contiguous run ``U, U+1, ...`` (group commit).
-* **above** (``seq > U`` after a missing position): waits for its
-  predecessor. It blocks nothing below it.
-
-Batch ids get the same rule per stable writer, exactly: a batch id the writer
-applied before -> duplicate (already persisted, dropped); a new id -> applied
-(streaming, ``strict``: only the next after the highest applied; anything else
-is rejected as a gap); an id too old to be judged -> rejected
-(:mod:`~pyspark_fenced_sink.protocol.batches`). A duplicate is therefore
-never reported for a batch id that did not land.
-
-Every decision is a function of the committed state, the WAL entries, and
-three facts from outside the state that the caller passes in: the table's
-default partition spec (``spec_id``), which old entries' files are missing
-(``missing``), and which entries the catalog side refused to apply on the
-version the plan is committed on (``refused``: a replace-where over a file that
-straddles its filter, a publish that is not a fast-forward; see
-``protocol.replace``). Decisions that used those facts are *external*
-(:attr:`Outcome.external`): they must be committed before a writer reports
-them (PROTOCOL.md §6), because the facts can change back.
-
-Per-entry outcomes (:class:`Outcome`) are recorded in the commit record;
-only ``APPLIED`` data and publish entries change the table. Every catalog
-commit targets one branch (PROTOCOL.md §5.1): its first applied entry (the
-*head*) decides the branch, the snapshot properties and the mode; after it, only
-appends to the same branch with the same snapshot properties join, and only if
-the head takes them (a publish and a compaction take none); upserts join a commit
-of appends and upserts the same way (its mode is then ``UPSERT``: the catalog side
-applies them in WAL order, PROTOCOL.md §5.4). Any other applied entry starts the
-next commit, so a commit is one append, or one atomic replace followed by the
-appends that come after it in WAL order, or a run of appends and upserts, on one branch.
+:func:`reconcile` decides what the next catalog commit does from the committed
+state, the entries from the upper on and the facts outside the state the caller
+passes in (spec id, missing files, refusals: *external* decisions, committed
+before they are reported, §6). Positions below the upper are never applied again,
+the one at it is applied, those above wait (:func:`position`); batch ids are
+judged exactly (``protocol.batches``); :func:`transition` is the one place a
+decision changes the state (``repair-state`` replays it), :func:`remembered` the one
+place an upsert changes the remembered deletes (§5.4). A commit is one append, an
+atomic replace followed by the appends after it, or a run of appends and upserts
+(its mode is then ``UPSERT``: the catalog side applies them in WAL order), on one
+branch. No I/O: the model test runs it through thousands of interleavings.
 """
 
 from __future__ import annotations
@@ -53,13 +21,13 @@ from enum import Enum
 from types import MappingProxyType
 from typing import Any
 
-from pyspark_fenced_sink.options import COMMIT_MAX_GROUP_SIZE_DEFAULT
 from pyspark_fenced_sink.protocol.batches import BatchIds
+from pyspark_fenced_sink.protocol.entry import MAIN_BRANCH, EntryKind, WalEntry, WriteMode
 from pyspark_fenced_sink.protocol.state import CommittedState, WriterState
 from pyspark_fenced_sink.protocol.upsert import remember_deletes
-from pyspark_fenced_sink.protocol.wal import MAIN_BRANCH, EntryKind, WalEntry, WriteMode
 
 __all__ = [
+    "MAX_GROUP_DEFAULT",
     "Decision",
     "Outcome",
     "Position",
@@ -69,6 +37,9 @@ __all__ = [
     "remembered",
     "transition",
 ]
+
+#: At most this many WAL positions are reconciled by one catalog commit (option ``commit.max-group-size``).
+MAX_GROUP_DEFAULT = 1000
 
 
 class Position(str, Enum):
@@ -288,7 +259,7 @@ def reconcile(
     state: CommittedState,
     entries: Mapping[int, WalEntry],
     *,
-    max_group: int = COMMIT_MAX_GROUP_SIZE_DEFAULT,
+    max_group: int = MAX_GROUP_DEFAULT,
     spec_id: int | None = None,
     missing: Collection[int] = (),
     refused: Mapping[int, str] | None = None,

@@ -19,22 +19,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from pyspark_fenced_sink.errors import FencedLakeError, TableStateError
-from pyspark_fenced_sink.protocol.commit import CommitConflict, CommitContext, recorded_token, recover
+from pyspark_fenced_sink.errors import SkipRefused, TableStateError
+from pyspark_fenced_sink.protocol.commit import recorded_token, recover
+from pyspark_fenced_sink.protocol.context import CommitConflict, CommitContext
+from pyspark_fenced_sink.protocol.entry import TOKEN_CHARS, EntryKind, WalEntry
 from pyspark_fenced_sink.protocol.fencing import new_token
 from pyspark_fenced_sink.protocol.reconcile import Outcome, remembered, transition
 from pyspark_fenced_sink.protocol.state import CommitRecord, CommittedState
 from pyspark_fenced_sink.protocol.view import TableView
-from pyspark_fenced_sink.protocol.wal import TOKEN_CHARS, EntryKind, WalEntry
 
-__all__ = ["Rebuilt", "SkipRefused", "rebuild_state", "repair_state", "skip_position"]
-
-
-class SkipRefused(FencedLakeError):
-    """``fencedlake skip`` cannot fill the position: already reconciled, or an object is there.
-
-    Not retryable as is: the message says why.
-    """
+__all__ = ["Rebuilt", "rebuild_state", "repair_state", "skip_position"]
 
 
 def skip_position(ctx: CommitContext, seq: int, reason: str) -> list[CommitRecord]:

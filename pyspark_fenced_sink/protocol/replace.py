@@ -1,31 +1,11 @@
-"""What applying an entry removes, and when it may not be applied (PROTOCOL.md §5.1; pure, driver).
+"""What applying an entry removes, and when it may not apply (PROTOCOL.md §5.1, §5.2; pure, driver).
 
-The catalog side (``iceberg.table_port`` over pyiceberg, the model's in-memory
-port) reads the target branch's live files on the version it commits on —
-*apply time*, never the time the entry was written — and asks
-:func:`removals` which of them the commit's head entry removes:
-
-* ``APPEND``: none;
-* ``OVERWRITE``: every live file;
-* ``DYNAMIC``: the live files written under the entry's partition spec whose
-  partition is in the entry's partition set (an empty set removes nothing);
-* ``REPLACE_WHERE``: the live files whose rows all match the row filter; a live
-  file with rows on both sides of it (or that statistics cannot place) makes
-  the entry :class:`EntryRefused` — the rule of Iceberg's
-  ``OverwriteFiles.overwriteByRowFilter``: a file is removed only if every row
-  in it must match, and no row outside the filter is ever lost;
-* ``COMPACT``: exactly the entry's input files, all of which must still be
-  live (else :class:`EntryRefused`: an input was removed or replaced since the
-  compaction read it, and adding its rewritten rows would resurrect or
-  duplicate them — Iceberg's ``RewriteFiles`` validation).
-
-:func:`check_fast_forward` decides whether a ``publish`` may move main to a
-branch's head: main's head must be an ancestor of it, or every main snapshot
-after their newest common ancestor must have changed no data (fencedlake's own
-bookkeeping commits: barriers, ``gc`` marks, earlier publishes' records).
-
-A refusal is an *external* decision (``Outcome.REFUSED``): it depends on the
-table's data at one version, so it is committed before it is reported.
+:func:`removals` selects, among the branch's files live on the version a commit
+is built on (apply time), what the commit's head entry removes per write mode;
+a replace-where over a straddling file, or a compaction whose input is no longer
+live, raises :class:`EntryRefused`. :func:`check_fast_forward` is publish's rule.
+A refusal is an external decision (``Outcome.REFUSED``), committed before it is
+reported.
 """
 
 from __future__ import annotations
@@ -34,7 +14,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 
-from pyspark_fenced_sink.protocol.wal import MAIN_BRANCH, WalEntry, WriteMode
+from pyspark_fenced_sink.protocol.entry import MAIN_BRANCH, WalEntry, WriteMode
 
 __all__ = ["EntryRefused", "LiveFile", "Match", "Refusals", "check_fast_forward", "check_folded", "removals"]
 

@@ -25,7 +25,7 @@ from typing import Any
 from pyspark_fenced_sink.errors import CorruptControlDataError
 from pyspark_fenced_sink.protocol.batches import BatchIds
 from pyspark_fenced_sink.protocol.codec import MALFORMED, dumps, loads_versioned
-from pyspark_fenced_sink.protocol.wal import TOKEN_CHARS
+from pyspark_fenced_sink.protocol.entry import TOKEN_CHARS
 
 __all__ = [
     "SERIAL_REF",

@@ -1,21 +1,9 @@
 """A table version as a writer reads it, and the identity rules it must pass (PROTOCOL.md §1.1; pure).
 
-A table's control data belongs to the table's UUID, not to its location or
-name (invariant I8). :func:`bind` checks a freshly read :class:`TableView`:
-
-* a state property bound to another table's UUID is *foreign* (properties
-  copied by another tool, a registered copy of the metadata): refused;
-* no state property, but fencedlake commit records in the table's snapshots:
-  the state was *lost* (removed by hand or by a tool that rewrites
-  properties): refused — never read as "fresh", which would replay the log;
-* a state whose upper is below the newest commit record: *edited* or restored
-  from an old metadata file: refused;
-* no state and no history: a fresh table; its state is bound to its UUID and
-  to the control root derived from its current location.
-
-Each refusal names the operator command that rebuilds the state
-(``fencedlake repair-state``). A bound state keeps its control root when the
-table's location changes later, so pending entries are never stranded.
+:func:`bind` refuses a state property of another table's UUID (foreign), a
+missing state on a table with fencedlake history (lost), and a state behind the
+newest commit record (edited), each naming ``fencedlake repair-state``; a fresh
+table's state is bound to its UUID and control root (I8).
 """
 
 from __future__ import annotations

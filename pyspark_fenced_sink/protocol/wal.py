@@ -1,22 +1,10 @@
-"""The write-ahead log: entry codec, key layout, put-if-absent append (PROTOCOL.md §3; driver).
+"""The write-ahead log: put-if-absent append, reads, truncation, checkpoints, run registry (PROTOCOL.md §3, §8; driver).
 
-Every entry is one immutable object at ``wal/{seq:020d}.json`` under the
-table's control prefix, created with put-if-absent at the first free position
-after the tail the writer sees (``Wal.append``). A position is never
-overwritten; a writer that loses a position to a peer moves on to the new
-tail. The entry carries its writer's owner ``token``: a put answered "already
-exists" is resolved by reading the object back and comparing tokens (our own
-earlier attempt landed, or a peer's entry is there), never by guessing
-(invariant I7).
-
-Entries, their kinds and their format are :mod:`.entry`'s (re-exported here).
-
-Truncation keeps the object at ``upper - 1``, so a LIST from any upper a
-writer ever read finds a tail at or above the current upper minus one and no
-put can land in a truncated position (PROTOCOL.md §8). ``gc`` leaves a
-checkpoint of the committed state before truncating
-(``checkpoints/{upper:020d}.json``), from which ``fencedlake repair-state``
-rebuilds a lost state property together with the WAL and the commit records.
+Every entry is one immutable object at a fresh position (``protocol.layout``),
+created with put-if-absent after the tail the writer sees; an "already exists"
+is resolved by the owner token, never by guessing (I7). Truncation keeps the
+object at ``upper - 1`` so no put lands in a truncated position; ``gc``
+checkpoints the committed state first. Entries themselves are ``protocol.entry``'s.
 """
 
 from __future__ import annotations
@@ -27,23 +15,7 @@ from collections.abc import Callable
 
 from pyspark_fenced_sink.errors import CommitOutcomeUnknownError, CorruptControlDataError, StoreError
 from pyspark_fenced_sink.protocol.codec import MALFORMED, dumps
-from pyspark_fenced_sink.protocol.entry import (
-    FILE_PARTITION_KEY,
-    FILE_PATH_KEY,
-    FILE_SPEC_KEY,
-    FORMAT_VERSION,
-    MAIN_BRANCH,
-    TOKEN_CHARS,
-    EntryKind,
-    WalEntry,
-    WriteMode,
-    decode_entry,
-    encode_entry,
-    encoded_partition,
-    encoded_path,
-    encoded_spec_id,
-    partitions_of,
-)
+from pyspark_fenced_sink.protocol.entry import WalEntry, decode_entry, encode_entry
 from pyspark_fenced_sink.protocol.layout import (
     CHECKPOINT_PREFIX,
     WAL_PREFIX,
@@ -55,24 +27,7 @@ from pyspark_fenced_sink.protocol.layout import (
 )
 from pyspark_fenced_sink.store.base import Claim, ObjectStore, claim_key, create_resolved
 
-__all__ = [
-    "FILE_PARTITION_KEY",
-    "FILE_PATH_KEY",
-    "FILE_SPEC_KEY",
-    "FORMAT_VERSION",
-    "MAIN_BRANCH",
-    "TOKEN_CHARS",
-    "EntryKind",
-    "Wal",
-    "WalEntry",
-    "WriteMode",
-    "decode_entry",
-    "encode_entry",
-    "encoded_partition",
-    "encoded_path",
-    "encoded_spec_id",
-    "partitions_of",
-]
+__all__ = ["Wal"]
 
 
 def _entry_token(raw: bytes) -> str:

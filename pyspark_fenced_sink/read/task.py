@@ -1,21 +1,11 @@
 """Iceberg data files -> the Arrow batches Spark expects (executor side; PROTOCOL.md §14).
 
 Runs in Spark's Python workers for every input split of a batch or streaming
-read. Each file goes through pyiceberg's ``ArrowScan`` machinery, one Arrow
-batch at a time: columns matched by field id (renamed, dropped and added
-columns read right; files without field ids through the table's name
-mapping), identity partition values filled in, type promotions applied,
-positional delete files applied, and the pushed-down filter applied to rows
-while decoding (it keeps a superset of what Spark keeps; Spark filters again).
-Each batch is then cast to the Arrow schema Spark derives from the read's
-Spark schema, which Spark checks field by field; ``uuid`` values become their
-canonical text.
-
-pyiceberg 0.12 rebuilds a list whose elements are structs, and a map whose
-values are structs, without the null mask, so a null reads back as empty
-(apache/iceberg-python#3833). :func:`read_files` first installs
-:class:`_NullKeepingProjection` in its place — a subclass that restores the
-mask of the array the file holds — once per process; it changes nothing else.
+read. Files are decoded by the executor-side file reader (``read.files``: by
+field id, deletes applied, the pushed-down filter applied while decoding — a
+superset of what Spark keeps; Spark filters again). Each batch is then cast to
+the Arrow schema Spark derives from the read's Spark schema, which Spark checks
+field by field; ``uuid`` values become their canonical text.
 
 No catalog code here (``tests/read/test_task.py`` checks it in a fresh interpreter).
 """
@@ -24,23 +14,19 @@ from __future__ import annotations
 
 import functools
 import json
-import threading
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import pyarrow as pa
-import pyiceberg.io.pyarrow as iceberg_arrow
 from pyiceberg.expressions import AlwaysTrue, BooleanExpression
-from pyiceberg.io.pyarrow import ArrowProjectionVisitor, ArrowScan, _read_all_delete_files
 from pyiceberg.schema import Schema
 from pyiceberg.table import FileScanTask
 from pyiceberg.table.metadata import TableMetadata
 
 from pyspark_fenced_sink import failpoints
-from pyspark_fenced_sink.iceberg.fileio import cached_file_io
-from pyspark_fenced_sink.options import redact
+from pyspark_fenced_sink.masking import redact
+from pyspark_fenced_sink.read.files import file_batches
 
 __all__ = ["ReadSpec", "read_files", "spark_arrow_schema"]
 
@@ -88,39 +74,6 @@ def spark_arrow_schema(spark_schema_json: str) -> pa.Schema:
         return to_arrow_schema(schema)
 
 
-def _with_nulls_of(result: pa.Array | None, source: pa.Array | None) -> pa.Array | None:
-    """``result`` (a list or map pyiceberg rebuilt from ``source``'s offsets) with ``source``'s nulls."""
-    if result is None or source is None or result.null_count == source.null_count:
-        return result
-    mask = source.is_null()
-    if isinstance(result, pa.MapArray):
-        return pa.MapArray.from_arrays(result.offsets, result.keys, result.items, type=result.type, mask=mask)
-    cls = pa.LargeListArray if isinstance(result, pa.LargeListArray) else pa.ListArray
-    return cls.from_arrays(result.offsets, result.values, type=result.type, mask=mask)
-
-
-class _NullKeepingProjection(ArrowProjectionVisitor):
-    """pyiceberg's file-to-table projection, keeping null lists and maps null (see the module docstring)."""
-
-    def list(self, list_type: Any, list_array: pa.Array | None, value_array: pa.Array | None) -> pa.Array | None:
-        return _with_nulls_of(super().list(list_type, list_array, value_array), list_array)
-
-    def map(
-        self, map_type: Any, map_array: pa.Array | None, key_result: pa.Array | None, value_result: pa.Array | None
-    ) -> pa.Array | None:
-        return _with_nulls_of(super().map(map_type, map_array, key_result, value_result), map_array)
-
-
-_install_lock = threading.Lock()
-
-
-def _install_null_keeping_projection() -> None:
-    """Make pyiceberg's per-batch projection (``_to_requested_schema``) use :class:`_NullKeepingProjection`."""
-    with _install_lock:
-        if iceberg_arrow.ArrowProjectionVisitor is ArrowProjectionVisitor:
-            iceberg_arrow.ArrowProjectionVisitor = _NullKeepingProjection  # type: ignore[misc]
-
-
 def _uuid_text(array: pa.Array) -> pa.Array:
     if isinstance(array, pa.ExtensionArray):
         array = array.storage
@@ -155,14 +108,14 @@ def _to_spark(batch: pa.RecordBatch, target: pa.Schema, text_uuids: bool) -> pa.
 
 def read_files(spec: ReadSpec, tasks: Sequence[FileScanTask]) -> Iterator[pa.RecordBatch]:
     """Stream the rows of ``tasks`` (data files with their delete files) as Spark-ready Arrow batches."""
-    _install_null_keeping_projection()
-    io = cached_file_io(spec.io_properties, spec.metadata.location)
     target = spark_arrow_schema(spec.spark_schema_json)
-    scan = ArrowScan(spec.metadata, io, spec.projection, spec.row_filter)
-    for task in tasks:
-        failpoints.hit("read.before-file")
-        # pyiceberg 0.12's per-file generator: ArrowScan.to_record_batches would hold a whole file's
-        # batches in memory before yielding the first (see setup.cfg, "pyiceberg internals").
-        deletes: dict[str, Any] = _read_all_delete_files(io, [task]) if task.delete_files else {}
-        for batch in scan._record_batches_from_scan_tasks_and_deletes([task], deletes):
-            yield _to_spark(batch, target, spec.text_uuids)
+    batches = file_batches(
+        spec.metadata,
+        spec.io_properties,
+        tasks,
+        projection=spec.projection,
+        row_filter=spec.row_filter,
+        before_file=lambda: failpoints.hit("read.before-file"),
+    )
+    for batch in batches:
+        yield _to_spark(batch, target, spec.text_uuids)

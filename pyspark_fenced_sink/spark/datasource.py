@@ -1,4 +1,4 @@
-"""The Spark data source ``fencedlake``: writes and reads (Spark-facing; imports no catalog code at module load)."""
+"""The Spark data source ``fencedlake`` (PROTOCOL.md §3, §14; Spark-facing, no catalog code at load)."""
 
 from __future__ import annotations
 
@@ -33,55 +33,16 @@ class FencedLakeDataSource(DataSource):
     It also sets ``spark.sql.python.filterPushdown.enabled=true``, without which Spark
     gives a Python source no filters and every read decodes every data file.
 
-    Options (defaults in brackets). Catalog options, for writes and reads:
-        table: ``namespace.table`` (or the ``save()`` path).
-        catalog: a pyiceberg catalog name configured in ``.pyiceberg.yaml`` or
-            ``PYICEBERG_CATALOG__<NAME>__*`` environment variables [none].
-        catalog.<key>: any pyiceberg catalog property, passed through
-            (``catalog.type``, ``catalog.uri``, ``catalog.warehouse``, ``catalog.s3.endpoint``...).
-        warehouse: the embedded default catalog's warehouse directory, used when no
-            catalog option is given: SQLite catalog at ``<warehouse>/catalog.db``
-            [env ``FENCEDLAKE_WAREHOUSE``, else ``./fencedlake-warehouse``].
-
-    Write options:
-        create-table: create the namespace and table from the DataFrame if missing [true].
-        partition-by: partition spec of a created table, e.g.
-            ``"day(ts), bucket(16, user_id), truncate(4, code), region"`` [unpartitioned].
-        table.<prop>: table properties of a created table (``table.format-version``,
-            ``table.write.target-file-size-bytes``...).
-        merge-schema: add DataFrame columns the table lacks (as optional columns) [false].
-        writer.id: a stable writer identity (letters, digits, ``_.-``). Required for streaming.
-            A newer incarnation with the same id fences the older one. [anonymous for batch]
-        writer.batch-id: with ``writer.id``: an increasing id per batch write; re-running a
-            batch id at or below the last applied one is a no-op that succeeds [none].
-        commit.max-wait-ms: how long a commit waits for its outcome before raising
-            CommitOutcomeUnknownError (its entry stays durable and is applied later) [300000].
-        commit.max-group-size: WAL entries at most in one catalog commit [1000].
-        overwrite-mode: with ``overwrite``/``complete``: ``static`` replaces all rows, ``dynamic``
-            exactly the partitions the write has rows in [static].
-        replace-where: with ``overwrite``/``complete``: replace the rows an Iceberg filter matches,
-            e.g. ``"ts >= '2026-01-01' AND region = 'eu'"``; every row written must match it [none].
-        branch: the Iceberg branch to write, created from main by its first write; publish it with
-            ``fencedlake publish TABLE BRANCH`` [main].
-        snapshot-property.<key>: a property in the summary of the snapshot that commits the write.
-        upsert-keys: with ``append``: upsert by these key columns (comma-separated) [the table's
-            identifier fields; set as such on a table the write creates].
-        upsert-order: per key, the row with the greatest value of this column wins; deletes are
-            remembered [none: the write applied last wins].
-        upsert-delete-where: rows matching this filter (``replace-where`` syntax) delete their key and
-            are never written to the table [none].
-
-    Read options (Iceberg's Spark option names; a write option in a read is refused):
-        snapshot-id / as-of-timestamp (ms) / branch / tag: time travel, one at most [current].
-        start-snapshot-id: batch: the rows appended after this snapshot, up to end-snapshot-id
-            [current]; stream: start after it.
-        split-size: bytes per input split [the table's read.split.target-size, else 128 MiB,
-            smaller for small scans]; file-open-cost [read.split.open-file-cost, else 4 MiB].
-        stream-from-timestamp (ms): a stream starts at the first snapshot at or after it.
-        streaming-max-files-per-micro-batch / streaming-max-rows-per-micro-batch: bounds of a
-            micro-batch [none; at least one file].
-        streaming-skip-overwrite-snapshots / streaming-skip-delete-snapshots: skip such snapshots
-            instead of failing the stream with ReadRefusedError [false].
+    Options: the README's option tables ("Options", "Read options") are the reference, with
+    every key, default and meaning; each key and default is declared once, next to its
+    validation, in ``pyspark_fenced_sink.options`` (``catalog``, ``write``, ``read``). The
+    common ones: ``table`` (or the ``save()``/``load()`` path), ``warehouse`` (the embedded
+    catalog's directory) or ``catalog`` / ``catalog.<key>`` (any pyiceberg catalog),
+    ``writer.id`` (required for streaming), ``writer.batch-id``, ``partition-by``,
+    ``overwrite-mode``, ``replace-where``, ``branch``, ``snapshot-property.<key>``,
+    ``upsert-keys`` / ``upsert-order`` / ``upsert-delete-where`` (upserts by key); for reads,
+    Iceberg's Spark option names (``snapshot-id``, ``as-of-timestamp``, ``branch``, ``tag``,
+    ``start-snapshot-id``, ...). A bad option fails on the driver, before any task runs.
 
     Save modes: ``append``; ``overwrite`` replaces all of the table's rows in one
     snapshot (or, with ``overwrite-mode=dynamic`` / ``replace-where``, the partitions

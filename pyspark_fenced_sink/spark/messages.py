@@ -1,14 +1,16 @@
-"""What a task sends back to the driver (executor -> driver; pickled by Spark).
+"""What a task sends back to the driver (executor -> driver; pickled by Spark; PROTOCOL.md steps 2-3).
 
 Executors never import catalog code: a message carries the written data files
-already encoded (``datafiles.encode_data_file``), plus what the driver cannot
+already encoded (``iceberg.codec.datafiles``), plus what the driver cannot
 learn otherwise — the streaming run and query ids, which only tasks can read
-from Spark's local properties.
+from Spark's local properties. :func:`written` sums a write's messages for the
+write transaction's commit.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import logging
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,8 +18,11 @@ from pyspark.sql.datasource import WriterCommitMessage
 
 from pyspark_fenced_sink.spark.tuning import ARROW_MAX_BYTES_PER_BATCH, batch_check_active
 from pyspark_fenced_sink.write.task import WriteSpec, task_info_from_spark, write_task
+from pyspark_fenced_sink.write.transaction import Written
 
-__all__ = ["FencedLakeCommitMessage", "spark_run_ids", "task_message"]
+__all__ = ["FencedLakeCommitMessage", "spark_run_ids", "task_message", "written"]
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -81,3 +86,26 @@ def spark_run_ids() -> tuple[str | None, str | None]:
     if ctx is None:
         return None, None
     return ctx.getLocalProperty("spark.jobGroup.id"), ctx.getLocalProperty("sql.streaming.queryId")
+
+
+def written(messages: Sequence[FencedLakeCommitMessage | None], table: str) -> Written:
+    """What every task of a write wrote (``None``: a task Spark did not collect); warns if it ran untuned."""
+    collected = [m for m in messages if m is not None]
+    untuned = any(m.untuned for m in collected)
+    if untuned:
+        logger.warning(
+            "fencedlake: the write to %s ran with Spark's per-row Arrow batch size check on "
+            "(%s at Spark's default): Python sinks write at about half speed that way; call "
+            "pyspark_fenced_sink.tune_session(spark) once, or pass --conf %s=2147483647",
+            table,
+            ARROW_MAX_BYTES_PER_BATCH,
+            ARROW_MAX_BYTES_PER_BATCH,
+        )
+    return Written(
+        files=tuple(f for m in collected for f in m.files),
+        rows=sum(m.rows for m in collected),
+        untuned=untuned,
+        run=next((m.run for m in collected if m.run), None),
+        query=next((m.query for m in collected if m.query), None),
+        deletes=tuple(d for m in collected for d in m.deletes),
+    )

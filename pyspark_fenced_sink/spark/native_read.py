@@ -1,43 +1,12 @@
-"""``read_table``: a batch read through Spark's own Parquet reader when the table allows it (driver).
+"""``read_table``: the read plan through Spark's own Parquet reader, where exact (PROTOCOL.md §14; driver).
 
-Why it exists: ``spark.read.format("fencedlake")`` is a Python data source, and
-Spark reads Python sources row by row after the batches cross a socket as Arrow
-IPC; on a full scan that path runs at about 0.6x Spark's native Parquet scan of
-the same files, and a bare pyarrow source with no Iceberg logic runs at the same
-speed (docs/benchmarks.md section 7). Planning is the part that needs Iceberg;
-decoding does not. :func:`read_table` plans the read with pyiceberg exactly as
-the data source does (same options, time travel, snapshot, schema) and, when
-reading the planned files by Parquet field id gives the same rows, hands them to
-``spark.read.parquet`` with the table's schema: Spark's vectorized reader then
-decodes them in the JVM.
-
-Field ids, not names: the Spark schema carries each column's Iceberg field id
-(``parquet.field.id`` metadata) and the session's
-``spark.sql.parquet.fieldId.read.enabled`` is set, so a renamed, dropped,
-re-added or added column reads as Iceberg reads it (a column a file does not
-have reads as null). :func:`read_table` sets that conf when the session has not
-set it; it changes only reads whose requested schema carries field ids. A
-session that set it to false explicitly gets the data source path.
-
-The native path is taken only when it gives the same rows as the data source:
-
-* no delete files apply to the planned files (the data source applies
-  positional deletes; Spark's Parquet reader knows nothing of them);
-* the table has no ``schema.name-mapping.default`` (files without field ids);
-* every column's type reads the same through Spark's Parquet reader (not
-  ``uuid``, which the data source returns as text; not ``time`` or v3
-  ``unknown``), and no column has a v3 default value;
-* every data file is local (``file:`` or a plain path) - Spark's Parquet reader
-  opens other schemes through Hadoop connectors that a pip-installed PySpark
-  does not have. ``native=True`` takes the native path for any scheme (the
-  session must then have the connector and its credentials);
-* no data file path holds a glob character (Spark expands load paths as globs).
-
-Otherwise the read goes through ``spark.read.format("fencedlake")`` with the
-same options, and the reason is logged. Either way the rows are the same; what
-differs: a native DataFrame's columns are all nullable (Spark's file sources
-make them so), file pruning uses Spark's row-group statistics instead of
-Iceberg's file statistics, and Spark splits large files by row group.
+Plans exactly as ``spark.read.format("fencedlake")`` does, then hands the planned
+files to ``spark.read.parquet`` with the table's schema and each column's
+Iceberg field id (``spark.sql.parquet.fieldId.read.enabled``), so columns match by
+id. Wherever the rows could differ (delete files, a name mapping, ``uuid``/
+``time``/v3 columns or defaults, non-local files, glob characters, the field-id
+conf off) it falls back to the data source and logs why; ``native=True`` raises
+the reason instead. Measured in docs/benchmarks.md §7.
 """
 
 from __future__ import annotations
@@ -170,9 +139,15 @@ def plan_native_read(spark: Any, table: str, *, native: bool | str = "auto", **o
     """
     from pyiceberg.expressions import AlwaysTrue
 
-    from pyspark_fenced_sink.iceberg.scan import ReadPoint, open_read_table, plan_files, plan_incremental, resolve_point
-    from pyspark_fenced_sink.iceberg.spark_types import spark_schema_from_iceberg
-    from pyspark_fenced_sink.options import parse_read_options
+    from pyspark_fenced_sink.iceberg.planning.scan import (
+        ReadPoint,
+        open_read_table,
+        plan_files,
+        plan_incremental,
+        resolve_point,
+    )
+    from pyspark_fenced_sink.options.read import parse_read_options
+    from pyspark_fenced_sink.spark.schema_from_iceberg import spark_schema_from_iceberg
 
     if native not in _NATIVE_MODES:
         raise InvalidOptionsError(f"native={native!r}: expected 'auto', True or False")

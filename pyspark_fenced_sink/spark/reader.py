@@ -1,22 +1,11 @@
-"""The batch reader Spark calls (``spark.read.format("fencedlake")``): thin, calls the planner.
+"""The batch reader Spark calls (``spark.read.format("fencedlake")``): thin, over the planner (PROTOCOL.md §14).
 
-``FencedLakeDataSource.reader()`` -> :func:`open_reader` (a Python worker on the
-driver: options, one catalog read, the snapshot and schema read) -> ``pushFilters``
-(Spark >= 4.1, only with ``spark.sql.python.filterPushdown.enabled=true``) ->
-:meth:`FencedLakeReader.partitions` (plan and prune files, pack them into
-splits) -> :meth:`FencedLakeReader.read` per split (executors: Arrow batches).
-
-Spark has no column-pruning hook for Python sources: a query reads every
-column of the read schema unless the user gives ``spark.read`` a schema, which
-this reader takes as a projection (only those columns are decoded).
-
-Filter pushdown: Spark refuses to plan a reader that implements
-``pushFilters`` while the session's ``spark.sql.python.filterPushdown.enabled``
-is false (its default), and only its filter-pushdown planner calls the method.
-The reader cannot see the session's settings, so :func:`open_reader` hands out
-the filtering reader only inside that planner (recognised by its module) and
-the plain one everywhere else: reads work with either setting, and prune files
-when the setting is on (``tune_session`` turns it on).
+:func:`open_reader` (driver: options, one catalog read, snapshot and schema) ->
+``pushFilters`` (with ``spark.sql.python.filterPushdown.enabled``; only Spark's
+pushdown planner gets the filtering reader) -> ``partitions`` (plan, prune,
+pack into splits) -> ``read`` per split (executors, ``read.task``). A
+user-given schema is the projection: Spark has no column-pruning hook for
+Python sources.
 """
 
 from __future__ import annotations
@@ -33,7 +22,7 @@ from pyspark.sql.datasource import DataSourceReader, InputPartition
 
 from pyspark_fenced_sink import logs
 from pyspark_fenced_sink.errors import marked_errors
-from pyspark_fenced_sink.options import ReadOptions, parse_read_options
+from pyspark_fenced_sink.options.read import ReadOptions, parse_read_options
 from pyspark_fenced_sink.read.task import ReadSpec, read_files
 
 __all__ = [
@@ -99,8 +88,8 @@ def _has_uuid(schema: Any) -> bool:
 
 def table_schema(options: Any) -> Any:
     """The Spark schema a read with ``options`` returns (``DataSource.schema()``; batch or stream from the keys)."""
-    from pyspark_fenced_sink.iceberg.scan import open_read_table, resolve_point
-    from pyspark_fenced_sink.iceberg.spark_types import spark_schema_from_iceberg
+    from pyspark_fenced_sink.iceberg.planning.scan import open_read_table, resolve_point
+    from pyspark_fenced_sink.spark.schema_from_iceberg import spark_schema_from_iceberg
 
     with marked_errors():
         opts = parse_read_options(dict(options), streaming=None)
@@ -115,9 +104,9 @@ def open_read(options: Any, schema: Any, *, streaming: bool) -> tuple[ReadOption
     ``schema`` is the Spark schema Spark asks for: the table's own (from ``DataSource.schema()``) or
     a user-given projection of it.
     """
-    from pyspark_fenced_sink.iceberg.catalogs import io_properties
-    from pyspark_fenced_sink.iceberg.scan import ReadPoint, executor_metadata, open_read_table, resolve_point
-    from pyspark_fenced_sink.iceberg.spark_types import project_user_schema, spark_schema_from_iceberg
+    from pyspark_fenced_sink.iceberg.codec.fileio import io_properties
+    from pyspark_fenced_sink.iceberg.planning.scan import ReadPoint, executor_metadata, open_read_table, resolve_point
+    from pyspark_fenced_sink.spark.schema_from_iceberg import project_user_schema, spark_schema_from_iceberg
 
     logs.configure_from_env()
     opts = parse_read_options(dict(options), streaming=streaming)
@@ -141,7 +130,7 @@ def open_read(options: Any, schema: Any, *, streaming: bool) -> tuple[ReadOption
 
 def split_tasks(table: Any, opts: ReadOptions, tasks: Sequence[Any], metadata: Any = None) -> list[FencedLakeSplit]:
     """Pack planned file tasks into Spark's input splits (statistics stripped for the trip to executors)."""
-    from pyspark_fenced_sink.iceberg.scan import executor_task, pack, split_sizing
+    from pyspark_fenced_sink.iceberg.planning.scan import executor_task, pack, split_sizing
 
     groups = pack(tasks, split_sizing(table.properties, opts, tasks))
     return [FencedLakeSplit(i, [executor_task(t) for t in group], metadata) for i, group in enumerate(groups)]
@@ -167,7 +156,7 @@ class FencedLakeReader(DataSourceReader):
 
     def partitions(self) -> list[FencedLakeSplit]:
         """Plan the read: files pruned by the pushed filter, packed into splits (driver)."""
-        from pyspark_fenced_sink.iceberg.scan import plan_files, plan_incremental
+        from pyspark_fenced_sink.iceberg.planning.scan import plan_files, plan_incremental
 
         with marked_errors():
             if self.opts.incremental:
@@ -209,7 +198,7 @@ class FencedLakeFilteringReader(FencedLakeReader):
         """Translate what can be translated for pruning; every filter stays with Spark to apply exactly."""
         import dataclasses
 
-        from pyspark_fenced_sink.iceberg.filters import to_iceberg
+        from pyspark_fenced_sink.spark.filters_to_iceberg import to_iceberg
 
         expression, used = to_iceberg(filters, self.spec.projection)
         self.spec = dataclasses.replace(self.spec, row_filter=expression)

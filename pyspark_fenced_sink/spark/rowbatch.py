@@ -1,17 +1,8 @@
-"""Spark rows to Arrow record batches, for the row-based writer (executor).
+"""Spark 4.0's row-based streaming writer: rows -> Arrow batches (PROTOCOL.md step 2; executors).
 
-Spark 4.1 added ``DataSourceStreamArrowWriter``; on Spark 4.0 a streaming sink
-gets an iterator of ``pyspark.sql.Row`` instead of Arrow batches. This module
-turns those rows into Arrow batches of the DataFrame's schema, so the
-executor's one write path (:func:`pyspark_fenced_sink.write.task.write_task`)
-serves both. Decision (documented in the README): the Arrow writer is used
-wherever Spark has it; the row path is the fallback and is slower.
-
-Spark hands ``TimestampType`` values to Python as *naive local-time*
-``datetime`` objects (the session's time zone is the Python worker's local
-zone); they are converted to UTC-aware values here, as Spark's own Arrow path
-does, so a row written through either path stores the same instant.
-``TimestampNTZType`` values stay naive (wall-clock time, no zone).
+``DataSourceStreamArrowWriter`` exists from Spark 4.1; on 4.0 the stream writer
+receives Rows and converts them here (naive local timestamps become UTC
+instants, as Spark's Arrow path does). The result is the same, the path slower.
 """
 
 from __future__ import annotations

@@ -1,23 +1,10 @@
-"""Writing from several Python threads: make the session active in the calling thread (driver side).
+"""``activate_session``: writing from several Python threads (README "Writing from several threads"; driver).
 
-Spark resolves ``format("fencedlake")`` — like every Python data source — in
-the *active session* of the JVM thread that runs the call. py4j gives each new
-Python thread its own JVM thread, which has no active session, so a
-``df.write.format("fencedlake")...save()`` from a worker thread fails with::
-
-    [DATA_SOURCE_NOT_FOUND] Failed to find the data source: fencedlake.
-
-``pyspark.InheritableThread`` and an explicit ``spark.dataSource.register(...)``
-do not change that, and neither does the JVM's default session (tested).
-:func:`activate_session` makes ``spark`` the active session of the calling
-thread: call it once at the start of each thread that writes, or pass it as a
-``ThreadPoolExecutor`` initializer — one call for the whole pool::
-
-    with ThreadPoolExecutor(8, initializer=activate_session, initargs=(spark,)) as pool:
-        pool.map(write_one_table, tables)
-
-Imports nothing beyond the standard library at module load (the package
-re-exports it and Spark imports the package in every Python worker).
+Spark resolves ``format("fencedlake")`` in the active session of the calling
+JVM thread, and py4j gives each new Python thread a JVM thread without one
+(``DATA_SOURCE_NOT_FOUND``). :func:`activate_session` sets it for the calling
+thread; pass it as a ``ThreadPoolExecutor`` initializer. Imports only the
+standard library at module load.
 """
 
 from __future__ import annotations

@@ -1,17 +1,8 @@
-"""The streaming reader Spark calls (``spark.readStream.format("fencedlake")``): thin, calls the planner.
+"""The streaming reader Spark calls (``spark.readStream.format("fencedlake")``): thin (PROTOCOL.md §14.1).
 
-Spark keeps one reader per query in a long-lived Python process on the driver
-(the source runner) and calls ``initialOffset``, ``latestOffset``,
-``partitions`` and ``commit`` on it; ``read`` runs in executors. Offsets are
-positions in the main branch's snapshot lineage
-(:mod:`pyspark_fenced_sink.iceberg.incremental`); Spark checkpoints them, and
-``partitions(start, end)`` plans the same files on every replay.
-
-Admission control (Spark >= 4.2: ``latestOffset(start, limit)``):
-``streaming-max-files-per-micro-batch`` / ``streaming-max-rows-per-micro-batch``
-are the default read limit; a ``Trigger.AvailableNow`` query stops at the
-snapshot that was current when it started. On older Spark every micro-batch
-takes everything available.
+Offsets, admission control and the plan of each micro-batch are
+``iceberg.planning.incremental``'s; splits and executors' reads are the batch
+reader's (``spark.reader``, ``read.task``).
 """
 
 from __future__ import annotations
@@ -24,8 +15,8 @@ import pyspark.sql.streaming.datasource as _spark_stream
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 
 from pyspark_fenced_sink.errors import marked_errors
-from pyspark_fenced_sink.iceberg.incremental import START, StreamLimits, StreamOffset, StreamPlanner
-from pyspark_fenced_sink.options import ReadOptions
+from pyspark_fenced_sink.iceberg.planning.incremental import START, StreamLimits, StreamOffset, StreamPlanner
+from pyspark_fenced_sink.options.read import ReadOptions
 from pyspark_fenced_sink.read.task import ReadSpec, read_files
 from pyspark_fenced_sink.spark.reader import FencedLakeSplit, open_read, split_tasks
 
@@ -48,7 +39,7 @@ class FencedLakeStreamReader(DataSourceStreamReader, _AvailableNow):  # type: ig
     @classmethod
     def open(cls, options: Any, schema: Any) -> FencedLakeStreamReader:
         """Validate the options and read the table once (driver, when the query starts)."""
-        from pyspark_fenced_sink.iceberg.scan import open_read_table
+        from pyspark_fenced_sink.iceberg.planning.scan import open_read_table
 
         with marked_errors():
             opts, table, point, spec = open_read(options, schema, streaming=True)
@@ -107,7 +98,7 @@ class FencedLakeStreamReader(DataSourceStreamReader, _AvailableNow):  # type: ig
         Each split carries the table's current metadata (with the stream's schema): executors run a
         copy of the reader made when the query started, which knows no partition spec added since.
         """
-        from pyspark_fenced_sink.iceberg.scan import executor_metadata
+        from pyspark_fenced_sink.iceberg.planning.scan import executor_metadata
 
         with marked_errors():
             tasks = self._planner.plan(StreamOffset.from_json(start), StreamOffset.from_json(end))

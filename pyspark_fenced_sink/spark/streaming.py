@@ -1,4 +1,4 @@
-"""The streaming writer Spark calls (``df.writeStream.format("fencedlake")``): thin, calls the core.
+"""The streaming writer Spark calls (``df.writeStream.format("fencedlake")``): thin, a client of the write transaction.
 
 Spark calls ``streamWriter()`` for every micro-batch, on the planning side and
 again in the commit worker, so nothing here may assume one instance per query.
@@ -23,9 +23,10 @@ import pyspark.sql.datasource as _spark_ds
 
 from pyspark_fenced_sink import failpoints
 from pyspark_fenced_sink.errors import marked_errors
-from pyspark_fenced_sink.spark.driver import WritePlan, abort_files, commit_files, plan_write
-from pyspark_fenced_sink.spark.messages import FencedLakeCommitMessage, task_message
+from pyspark_fenced_sink.spark.batch import begin_write
+from pyspark_fenced_sink.spark.messages import FencedLakeCommitMessage, task_message, written
 from pyspark_fenced_sink.spark.rowbatch import rows_to_batches
+from pyspark_fenced_sink.write.transaction import WriteTransaction
 
 __all__ = ["ARROW_STREAM_WRITER", "FencedLakeStreamWriter"]
 
@@ -37,28 +38,28 @@ _StreamWriterBase: Any = getattr(_spark_ds, "DataSourceStreamArrowWriter", _spar
 class FencedLakeStreamWriter(_StreamWriterBase):  # type: ignore[misc]
     """Streaming writes with exactly-once results across restarts, replays and zombie runs."""
 
-    def __init__(self, plan: WritePlan, spark_schema: Any = None) -> None:
-        self.plan = plan
+    def __init__(self, txn: WriteTransaction, spark_schema: Any = None) -> None:
+        self.txn = txn
         self.spark_schema = spark_schema  # the row fallback converts rows of this schema
 
     @classmethod
     def open(cls, options: Any, schema: Any, overwrite: bool) -> FencedLakeStreamWriter:
         """Plan a micro-batch write on the driver (validates; writer.id is required)."""
         with marked_errors():
-            return cls(plan_write(options, schema, overwrite, streaming=True), schema)
+            return cls(begin_write(options, schema, overwrite, streaming=True), schema)
 
     def write(self, iterator: Iterator[Any]) -> FencedLakeCommitMessage:
         """Write this task's rows of the micro-batch as Iceberg data files (executor)."""
-        failpoints.configure(self.plan.opts.failpoints)
+        failpoints.configure(self.txn.opts.failpoints)
         batches = iterator if ARROW_STREAM_WRITER else rows_to_batches(iterator, self.spark_schema)
         with marked_errors():
-            return task_message(self.plan.spec, batches)
+            return task_message(self.txn.spec, batches)
 
     def commit(self, messages: Sequence[FencedLakeCommitMessage | None], batchId: int) -> None:  # noqa: N803
         """Commit micro-batch ``batchId`` exactly once (driver)."""
         with marked_errors():
-            commit_files(self.plan, messages, batch_id=batchId)
+            self.txn.commit(written(messages, self.txn.opts.table), batch_id=batchId)
 
     def abort(self, messages: Sequence[FencedLakeCommitMessage | None], batchId: int) -> None:  # noqa: N803
         """Remove the micro-batch's files unless a commit may reference them (driver)."""
-        abort_files(self.plan, messages, batch_id=batchId)
+        self.txn.abort(written(messages, self.txn.opts.table), batch_id=batchId)

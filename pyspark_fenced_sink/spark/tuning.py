@@ -1,33 +1,11 @@
-"""Session settings that make Spark's Python write path fast and let reads prune files (driver side, optional).
+"""``tune_session``: session settings for fast Python writes and pruned reads (README "Write throughput").
 
-Spark hands a Python data source its rows as Arrow batches built in the JVM
-(the same path as ``mapInArrow``). While it builds a batch it checks, after
-every row, whether the batch has reached
-``spark.sql.execution.arrow.maxBytesPerBatch`` (64 MiB by default); for the
-struct-wrapped rows of a data source write that check walks every column's
-buffers and costs more than converting the row. Only the exact value
-``2147483647`` (``Int.MaxValue``) turns the check off, which makes every
-Python sink, fencedlake included, several times faster (docs/benchmarks.md
-has the measurements).
-
-The sink cannot change this itself: it runs in Spark's Python workers, which
-have no handle on the JVM session. :func:`tune_session` is the one call a user
-makes on the driver (or ``--conf spark.sql.execution.arrow.maxBytesPerBatch=2147483647``
-to ``spark-submit``). The trade-off: each Arrow batch is then bounded only by
-``spark.sql.execution.arrow.maxRecordsPerBatch`` (10,000 rows by default), so
-rows that average more than ~6 KB make batches larger than the 64 MiB the byte
-bound allowed; lower ``maxRecordsPerBatch`` for such rows. The setting applies
-to every Arrow-based Python operator of the session (``mapInArrow``, pandas
-UDFs, other Python data sources), with the same trade-off.
-
-The second setting is for reads: Spark hands a Python source the query's
-filters only when ``spark.sql.python.filterPushdown.enabled`` is true (its
-default is false); with it, ``spark.read.format("fencedlake")`` skips data
-files by partition values and column statistics (``spark/reader.py``).
-:func:`tune_session` turns it on.
-
-Imports nothing beyond the standard library: it is re-exported by the package,
-which Spark imports in every Python worker.
+``spark.sql.execution.arrow.maxBytesPerBatch=2147483647`` turns off Spark's
+per-row batch-size check that halves any Python sink's speed;
+``spark.sql.python.filterPushdown.enabled=true`` gives Python sources the
+query's filters. The sink cannot set either itself (it runs in Python workers
+with no handle on the session). Measurements: docs/benchmarks.md §1. Imports
+only the standard library: Spark imports the package in every Python worker.
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pyspark_fenced_sink.errors import StoreError
-from pyspark_fenced_sink.options import mask_secrets
+from pyspark_fenced_sink.masking import mask_secrets
 from pyspark_fenced_sink.store.base import check_key
 
 __all__ = ["AzureLocation", "AzureStore", "azure_filesystem", "azure_location", "azure_service", "open_azure_store"]

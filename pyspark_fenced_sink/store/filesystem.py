@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from pyspark_fenced_sink.errors import StoreError
-from pyspark_fenced_sink.options import mask_secrets
+from pyspark_fenced_sink.masking import mask_secrets
 from pyspark_fenced_sink.store.base import check_key
 
 __all__ = ["FileSystemStore"]

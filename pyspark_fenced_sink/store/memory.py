@@ -1,4 +1,4 @@
-"""An in-memory control store with fault hooks (the model-based test and unit tests)."""
+"""An in-memory object store with put-if-absent (PROTOCOL.md §2): the model test's store."""
 
 from __future__ import annotations
 

@@ -1,17 +1,9 @@
-"""Drive the sink's driver and executor steps without a JVM (tests, integration, benchmarks).
+"""Drive a write's driver and executor steps without a JVM (tests, integration, benchmarks; PROTOCOL.md §3).
 
-The same calls Spark makes for ``df.write.format("fencedlake")``:
-``spark.driver.plan_write`` (planning, on the driver), ``write.task.write_task``
-per task, then ``spark.driver.commit_files`` (the commit worker) and, after a
-failed commit, ``abort_files`` (Spark's ``abort()``). Only the transport
-between them is missing.
-
-A *target* names the catalog: a warehouse path (the embedded default, SQLite at
-``<warehouse>/catalog.db``) or a mapping of ``catalog.*`` sink options (e.g. a
-PostgreSQL-backed SqlCatalog, :func:`postgres_target`). Options are keyed as
-the sink spells them (``writer.id``) or as Python keywords (``writer_id``,
-``writer_batch_id``, ``partition_by``).
-
+The calls Spark makes for ``df.write.format("fencedlake")``, through the write
+transaction: ``begin`` (planning), ``write.task.write_task`` per task, ``commit``
+(the commit worker) and, after a failed commit, ``abort``. A *target* names the
+catalog: a warehouse path (embedded SQLite) or ``catalog.*`` options.
 ``python -m pyspark_fenced_sink.testing.harness`` runs writes in a subprocess
 (multi-process and crash tests): see :func:`main`.
 """
@@ -28,13 +20,15 @@ from typing import Any
 
 import pyarrow as pa
 
-from pyspark_fenced_sink.options import TABLE, WAREHOUSE, WRITER_BATCH_ID, WRITER_ID, CatalogConfig, parse_options
-from pyspark_fenced_sink.spark.driver import WritePlan, abort_files, commit_files, plan_write
-from pyspark_fenced_sink.spark.messages import FencedLakeCommitMessage
+from pyspark_fenced_sink.options.catalog import WAREHOUSE, CatalogConfig, catalog_options
+from pyspark_fenced_sink.options.common import TABLE, lowered
+from pyspark_fenced_sink.options.write import WRITER_BATCH_ID, WRITER_ID
+from pyspark_fenced_sink.spark.batch import begin_write
+from pyspark_fenced_sink.spark.messages import FencedLakeCommitMessage, written
 from pyspark_fenced_sink.write.task import TaskInfo, write_task
+from pyspark_fenced_sink.write.transaction import WriteTransaction
 
 __all__ = [
-    "DURABLE_AT",
     "SCHEMA",
     "SPARK_BATCH_ROWS",
     "Target",
@@ -43,6 +37,7 @@ __all__ = [
     "open_catalog",
     "open_target",
     "plan",
+    "plan_options",
     "postgres_target",
     "rows",
     "sink_write",
@@ -58,18 +53,6 @@ Target = str | Mapping[str, str]
 
 #: Rows per Arrow batch, as Spark sends them (``spark.sql.execution.arrow.maxRecordsPerBatch``).
 SPARK_BATCH_ROWS = 10_000
-
-#: Fail points of a batch write, in protocol order, and whether the writer's WAL entry is durable when it fires
-#: (a crash there leaves work the next committer must finish). The crash matrices use it.
-DURABLE_AT = {
-    "executor.after-file-written": False,
-    "driver.after-open": False,
-    "commit.before-wal-put": False,
-    "commit.after-wal-put": True,
-    "commit.before-catalog-commit": True,
-    "commit.after-manifests-written": True,
-    "commit.after-catalog-commit": True,
-}
 
 _KEYWORDS = {"writer_id": WRITER_ID, "writer_batch_id": WRITER_BATCH_ID}
 
@@ -96,7 +79,7 @@ def target_options(target: Target) -> dict[str, str]:
 
 def catalog_of(target: Target) -> CatalogConfig:
     """The validated catalog configuration of ``target``."""
-    return parse_options({**target_options(target), TABLE: "harness.any"}).catalog
+    return catalog_options(lowered(target_options(target)))
 
 
 def open_catalog(target: Target) -> Any:
@@ -136,14 +119,22 @@ def plan(
     overwrite: bool = False,
     streaming: bool = False,
     **keywords: Any,
-) -> WritePlan:
-    """``plan_write`` for ``table`` of ``target`` with ``schema`` (default :data:`SCHEMA`)."""
-    opts = _options(target, table, options, keywords)
-    return plan_write(opts, SCHEMA if schema is None else schema, overwrite, streaming=streaming)
+) -> WriteTransaction:
+    """Begin a write to ``table`` of ``target`` with ``schema`` (default :data:`SCHEMA`), as Spark's planning does."""
+    return plan_options(
+        _options(target, table, options, keywords), schema=schema, overwrite=overwrite, streaming=streaming
+    )
+
+
+def plan_options(
+    options: Mapping[str, Any], *, schema: Any = None, overwrite: bool = False, streaming: bool = False
+) -> WriteTransaction:
+    """Begin a write with the sink's raw ``options`` (as Spark passes them) and ``schema`` (default :data:`SCHEMA`)."""
+    return begin_write(options, SCHEMA if schema is None else schema, overwrite, streaming=streaming)
 
 
 def write_tasks(
-    p: WritePlan,
+    p: WriteTransaction,
     data: pa.Table,
     tasks: int = 2,
     *,
@@ -171,16 +162,23 @@ def write_tasks(
     return out
 
 
-def commit(p: WritePlan, messages: list[FencedLakeCommitMessage], *, batch_id: int | None = None) -> Any:
-    """``commit_files``, with Spark's ``abort()`` after a failed commit; returns the CommitResult."""
+def commit(
+    p: WriteTransaction, messages: list[FencedLakeCommitMessage], *, batch_id: int | None = None, abort: bool = True
+) -> Any:
+    """The commit worker: commit the tasks' files; returns the CommitResult.
+
+    With ``abort`` (default), Spark's ``abort()`` follows a failed commit, as Spark does.
+    """
+    done = written(messages, p.opts.table)
     try:
-        return commit_files(p, messages, batch_id=batch_id)
+        return p.commit(done, batch_id=batch_id)
     except BaseException:
-        abort_files(p, messages, batch_id=batch_id)
+        if abort:
+            p.abort(done, batch_id=batch_id)
         raise
 
 
-def write_planned(p: WritePlan, data: pa.Table, tasks: int = 2) -> Any:
+def write_planned(p: WriteTransaction, data: pa.Table, tasks: int = 2) -> Any:
     """The tasks and the commit of a planned batch write; returns the CommitResult."""
     return commit(p, write_tasks(p, data, tasks))
 

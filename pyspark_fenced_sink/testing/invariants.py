@@ -1,10 +1,8 @@
-"""I1-I7 checked on a real Iceberg table and its WAL (after a scenario has run).
+"""I1-I7 checked on a real Iceberg table and its WAL after a scenario (PROTOCOL.md §11; tests and integration).
 
-The model test (tests/model/harness.py) checks the invariants over in-memory
-fakes; this checker reads what a real run left behind — the catalog's
-metadata, every snapshot's commit record, the WAL objects and the data files
-on disk — so crash, multi-process and integration tests can assert the same
-things against PostgreSQL/SQLite catalogs and local/S3 storage.
+Commit records partition ``[0, upper)`` in order and match the WAL's tokens;
+applied entries' files are live exactly once, rejected ones' are not; every live
+file exists. The model test checks the same over in-memory fakes.
 """
 
 from __future__ import annotations
@@ -13,7 +11,8 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from pyspark_fenced_sink.protocol.commit import CommitContext, recover
+from pyspark_fenced_sink.protocol.commit import recover
+from pyspark_fenced_sink.protocol.context import CommitContext
 from pyspark_fenced_sink.protocol.entry import MAIN_BRANCH, TOKEN_CHARS, EntryKind, WalEntry, WriteMode, encoded_path
 from pyspark_fenced_sink.protocol.state import STATE_PROPERTY, CommitRecord, CommittedState, decode_record
 from pyspark_fenced_sink.protocol.wal import Wal

@@ -56,12 +56,12 @@ from pyiceberg.types import BinaryType, IcebergType, StructType
 
 from pyspark_fenced_sink import failpoints
 from pyspark_fenced_sink.errors import WriteRejectedError
-from pyspark_fenced_sink.iceberg.datafiles import data_file_layout_version, encode_data_file
-from pyspark_fenced_sink.iceberg.fileio import cached_file_io
-from pyspark_fenced_sink.iceberg.partitioning import column_index
-from pyspark_fenced_sink.iceberg.row_filter import filter_columns, row_violations
-from pyspark_fenced_sink.iceberg.write_properties import dictionary_columns, parquet_kwargs, size_property
-from pyspark_fenced_sink.options import redact
+from pyspark_fenced_sink.iceberg.codec.datafiles import data_file_layout_version, encode_data_file
+from pyspark_fenced_sink.iceberg.codec.fileio import cached_file_io
+from pyspark_fenced_sink.iceberg.codec.partitioning import column_index
+from pyspark_fenced_sink.iceberg.codec.row_filter import filter_columns, row_violations
+from pyspark_fenced_sink.iceberg.codec.write_properties import dictionary_columns, parquet_kwargs, size_property
+from pyspark_fenced_sink.masking import redact
 from pyspark_fenced_sink.protocol.filetag import FileTag
 from pyspark_fenced_sink.protocol.upsert import UpsertSpec
 from pyspark_fenced_sink.write.arrowcast import conform_batch

@@ -23,8 +23,8 @@ from pyiceberg.schema import Schema
 
 from pyspark_fenced_sink import failpoints
 from pyspark_fenced_sink.errors import WriteRejectedError
-from pyspark_fenced_sink.iceberg.key_files import describe, write_key_file
-from pyspark_fenced_sink.iceberg.row_filter import split_rows
+from pyspark_fenced_sink.iceberg.codec.key_files import describe, write_key_file
+from pyspark_fenced_sink.iceberg.codec.row_filter import split_rows
 from pyspark_fenced_sink.protocol.filetag import FileTag
 from pyspark_fenced_sink.protocol.layout import keys_key
 from pyspark_fenced_sink.protocol.upsert import UpsertSpec

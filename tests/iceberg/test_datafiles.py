@@ -1,4 +1,4 @@
-"""Tests for pyspark_fenced_sink.iceberg.datafiles: DataFile <-> JSON codec."""
+"""Tests for pyspark_fenced_sink.iceberg.codec.datafiles: DataFile <-> JSON codec."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ from pyiceberg.types import (
 )
 
 from pyspark_fenced_sink.errors import CorruptControlDataError
-from pyspark_fenced_sink.iceberg.datafiles import data_file_layout_version, decode_data_file, encode_data_file
+from pyspark_fenced_sink.iceberg.codec.datafiles import data_file_layout_version, decode_data_file, encode_data_file
 
 
 def ptype(*types: Any) -> StructType:

@@ -7,24 +7,18 @@ next start. A fresh planner stands for a restarted query.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
 from pyiceberg.table.snapshots import Operation
 
 from pyspark_fenced_sink.errors import InvalidOptionsError, ReadRefusedError
-from pyspark_fenced_sink.iceberg.incremental import START, StreamLimits, StreamOffset, StreamPlanner
-from pyspark_fenced_sink.iceberg.scan import open_read_table
+from pyspark_fenced_sink.iceberg.planning.incremental import START, StreamLimits, StreamOffset, StreamPlanner
+from pyspark_fenced_sink.iceberg.planning.scan import open_read_table
 from tests.read.rowdelta import commit_deletes, position_delete_file
 from tests.read.tables import append, events, make_table, read_options, ten_rows_per_file
 
 UNBOUNDED = StreamLimits()
-
-
-@pytest.fixture
-def wh(tmp_path: Path) -> str:
-    return str(tmp_path / "wh")
 
 
 def _planner(wh: str, **options: str) -> StreamPlanner:

@@ -1,4 +1,4 @@
-"""Manifest merging on append commits (iceberg.manifests; PROTOCOL.md §5.3; I1, I2)."""
+"""Manifest merging on append commits (iceberg.commit.manifests; PROTOCOL.md §5.3; I1, I2)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pyiceberg.manifest import ManifestEntryStatus
 
 from pyspark_fenced_sink.errors import InvalidOptionsError
 from pyspark_fenced_sink.iceberg.catalogs import embedded_catalog
-from pyspark_fenced_sink.iceberg.manifests import MergeSettings, merge_settings
+from pyspark_fenced_sink.iceberg.commit.manifests import MergeSettings, merge_settings
 from pyspark_fenced_sink.protocol.reconcile import Outcome
 from pyspark_fenced_sink.protocol.state import STATE_PROPERTY, CommittedState
 from pyspark_fenced_sink.testing.harness import commit, plan, rows, sink_write, table_ids, write_tasks
@@ -19,11 +19,6 @@ from tests.iceberg.faults import fail_next_commits
 
 TABLE = "db.events"
 MIN_COUNT = {"table.commit.manifest.min-count-to-merge": "4"}
-
-
-@pytest.fixture
-def wh(tmp_path: Any) -> str:
-    return str(tmp_path / "wh")
 
 
 def _write(wh: str, i: int, options: dict[str, str] | None = None) -> None:
@@ -84,7 +79,7 @@ def test_property_broken_after_planning_falls_back_to_a_fast_append(wh: str, cap
     table = embedded_catalog(wh).load_table(TABLE)
     with table.transaction() as tx:
         tx.set_properties({"commit.manifest.min-count-to-merge": "two"})
-    with caplog.at_level(logging.WARNING, logger="pyspark_fenced_sink.iceberg.manifests"):
+    with caplog.at_level(logging.WARNING, logger="pyspark_fenced_sink.iceberg.commit.manifests"):
         assert commit(p, messages).outcome is Outcome.APPLIED
     assert len(_manifests(wh)) == 2  # min-count 2 would have merged them
     assert "without merging" in caplog.text
@@ -112,8 +107,8 @@ def test_conflicting_merge_commit_leaves_no_merged_manifest_behind(wh: str, monk
 
 def test_stream_reader_delivers_each_file_once_across_merged_manifests(wh: str) -> None:
     """A stream from the start reads every appended file exactly once, through snapshots that merged manifests."""
-    from pyspark_fenced_sink.iceberg.incremental import START, StreamLimits, StreamPlanner
-    from pyspark_fenced_sink.iceberg.scan import open_read_table
+    from pyspark_fenced_sink.iceberg.planning.incremental import START, StreamLimits, StreamPlanner
+    from pyspark_fenced_sink.iceberg.planning.scan import open_read_table
     from tests.read.tables import read_options
 
     options = {"table.commit.manifest.min-count-to-merge": "2"}  # commits 2, 4 and 6 merge

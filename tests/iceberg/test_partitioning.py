@@ -1,4 +1,4 @@
-"""Tests for pyspark_fenced_sink.iceberg.partitioning: the partition-by option."""
+"""Tests for pyspark_fenced_sink.iceberg.codec.partitioning: the partition-by option."""
 
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ from pyiceberg.types import (
 )
 
 from pyspark_fenced_sink.errors import InvalidOptionsError
-from pyspark_fenced_sink.iceberg.partitioning import parse_partition_by, same_partitioning, spec_to_text
+from pyspark_fenced_sink.iceberg.codec.partitioning import parse_partition_by, same_partitioning, spec_to_text
 
 SCHEMA = Schema(
     NestedField(1, "ts", TimestamptzType(), required=False),

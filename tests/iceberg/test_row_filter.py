@@ -16,7 +16,7 @@ from pyiceberg.typedef import Record
 from pyiceberg.types import DateType, LongType, NestedField, StringType, TimestampType, TimestamptzType
 
 from pyspark_fenced_sink.errors import InvalidOptionsError
-from pyspark_fenced_sink.iceberg.row_filter import bind_row_filter, file_matcher, filter_columns, row_violations
+from pyspark_fenced_sink.iceberg.codec.row_filter import bind_row_filter, file_matcher, filter_columns, row_violations
 from pyspark_fenced_sink.protocol.replace import Match
 
 SCHEMA = Schema(

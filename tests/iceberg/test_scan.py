@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import pickle
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,7 +17,7 @@ from pyiceberg.table import FileScanTask
 from pyiceberg.transforms import IdentityTransform
 
 from pyspark_fenced_sink.errors import InvalidOptionsError, ReadRefusedError
-from pyspark_fenced_sink.iceberg.scan import (
+from pyspark_fenced_sink.iceberg.planning.scan import (
     SplitSizing,
     executor_metadata,
     executor_task,
@@ -33,11 +32,6 @@ from tests.read.rowdelta import commit_deletes, equality_delete_file, position_d
 from tests.read.tables import EVENTS, append, events, make_table, read_options
 
 BY_K = PartitionSpec(PartitionField(source_id=2, field_id=1000, transform=IdentityTransform(), name="k"))
-
-
-@pytest.fixture
-def wh(tmp_path: Path) -> str:
-    return str(tmp_path / "wh")
 
 
 def _three_snapshots(wh: str) -> Any:

@@ -33,11 +33,6 @@ from pyspark_fenced_sink.testing.invariants import check_table
 TABLE = "db.t"
 
 
-@pytest.fixture
-def wh(tmp_path: Path) -> str:
-    return str(tmp_path / "wh")
-
-
 def _catalog(wh: str) -> Any:
     return embedded_catalog(wh)
 

@@ -10,22 +10,18 @@ from sqlalchemy.exc import OperationalError
 from pyspark_fenced_sink.errors import WriteRejectedError
 from pyspark_fenced_sink.iceberg import catalogs
 from pyspark_fenced_sink.iceberg.catalogs import embedded_catalog
-from pyspark_fenced_sink.protocol.commit import CommitConflict, commit_entry, recover
+from pyspark_fenced_sink.protocol.commit import commit_entry, recover
+from pyspark_fenced_sink.protocol.context import CommitConflict
+from pyspark_fenced_sink.protocol.entry import EntryKind, WalEntry
 from pyspark_fenced_sink.protocol.fencing import new_token, open_writer
 from pyspark_fenced_sink.protocol.outcome import data_entry
 from pyspark_fenced_sink.protocol.reconcile import Outcome, reconcile
 from pyspark_fenced_sink.protocol.state import STATE_PROPERTY, CommitRecord, CommittedState
-from pyspark_fenced_sink.protocol.wal import EntryKind, WalEntry
 from pyspark_fenced_sink.store.base import CountingStore
 from pyspark_fenced_sink.testing.harness import open_target, plan, rows, sink_write, table_ids, write_tasks
 from tests.iceberg.faults import fail_next_commits
 
 TABLE = "db.events"
-
-
-@pytest.fixture
-def wh(tmp_path: Any) -> str:
-    return str(tmp_path / "wh")
 
 
 def _ctx(wh: str) -> Any:
@@ -186,9 +182,9 @@ def test_uncontended_commit_stays_within_the_request_budget(wh: str, monkeypatch
     p = plan(wh, TABLE)
     messages = write_tasks(p, rows("b", 5, 5))
     stores.clear()
-    from pyspark_fenced_sink.spark.driver import commit_files
+    from pyspark_fenced_sink.testing.harness import commit
 
-    commit_files(p, messages)
+    commit(p, messages, abort=False)
     counts = sum((s.counts for s in stores), start=CountingStore(None).counts)  # type: ignore[arg-type]
     assert counts["PUT_IF_ABSENT"] == 1
     assert sum(counts.values()) <= 3, counts
@@ -218,10 +214,10 @@ def test_changed_partition_spec_rejects_the_write(wh: str) -> None:
     table = embedded_catalog(wh).load_table(TABLE)
     with table.update_spec() as update:
         update.add_identity("writer")
-    from pyspark_fenced_sink.spark.driver import commit_files
+    from pyspark_fenced_sink.testing.harness import commit
 
     with pytest.raises(WriteRejectedError, match="partition spec changed"):
-        commit_files(p, messages)
+        commit(p, messages, abort=False)
     assert table_ids(wh, TABLE) == list(range(10))
 
 

@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
-import pyspark_fenced_sink.iceberg.tombstones as tombstones_module
+import pyspark_fenced_sink.iceberg.commit.tombstones as tombstones_module
 from pyspark_fenced_sink.errors import InvalidOptionsError, WriteRejectedError
 from pyspark_fenced_sink.iceberg.catalogs import embedded_catalog
 from pyspark_fenced_sink.protocol.commit import recover
@@ -274,10 +274,10 @@ def test_an_order_column_dropped_after_planning_is_refused_and_the_table_moves_o
     messages = write_tasks(p, frame([(1, 2, "b", "U")]), 1)
     with table(wh).update_schema() as update:
         update.delete_column("ts")
-    from pyspark_fenced_sink.spark.driver import commit_files
+    from pyspark_fenced_sink.testing.harness import commit
 
     with pytest.raises(WriteRejectedError, match="no longer in the table") as e:
-        commit_files(p, messages)
+        commit(p, messages)
     assert e.value.fields.get("outcome") == "REFUSED"
     schema = StructType([SCHEMA.fields[0], SCHEMA.fields[2], SCHEMA.fields[3]])
     data = pa.table({"id": pa.array([2], pa.int64()), "name": ["c"], "op": ["U"]})
@@ -414,9 +414,9 @@ def test_a_stream_delivers_new_keys_and_refuses_or_skips_an_upsert_that_changes_
     """An upsert that only adds keys is an append snapshot (streamed); one that replaces or deletes is refused,
     naming it, or skipped with streaming-skip-overwrite-snapshots."""
     from pyspark_fenced_sink.errors import ReadRefusedError
-    from pyspark_fenced_sink.iceberg.incremental import START, StreamLimits, StreamPlanner
-    from pyspark_fenced_sink.iceberg.scan import open_read_table
-    from pyspark_fenced_sink.options import parse_read_options
+    from pyspark_fenced_sink.iceberg.planning.incremental import START, StreamLimits, StreamPlanner
+    from pyspark_fenced_sink.iceberg.planning.scan import open_read_table
+    from pyspark_fenced_sink.options.read import parse_read_options
 
     upsert(wh, [(1, 1, "a", "U"), (2, 1, "b", "U")])
     assert table(wh).current_snapshot().summary.operation.value == "append"

@@ -16,20 +16,14 @@ from pyspark.sql.types import LongType, StringType, StructField, StructType
 from pyspark_fenced_sink.errors import WriteRejectedError
 from pyspark_fenced_sink.iceberg.catalogs import embedded_catalog
 from pyspark_fenced_sink.protocol.commit import recover
+from pyspark_fenced_sink.protocol.entry import WalEntry, WriteMode
 from pyspark_fenced_sink.protocol.outcome import data_entry
 from pyspark_fenced_sink.protocol.reconcile import Outcome
 from pyspark_fenced_sink.protocol.state import SERIAL_REF, STATE_PROPERTY, CommittedState
-from pyspark_fenced_sink.protocol.wal import WalEntry, WriteMode
-from pyspark_fenced_sink.spark.driver import commit_files
-from pyspark_fenced_sink.testing.harness import open_target, plan, sink_write, write_tasks
+from pyspark_fenced_sink.testing.harness import commit, open_target, plan, sink_write, write_tasks
 
 TABLE = "db.days"
 SCHEMA = StructType([StructField("id", LongType()), StructField("day", StringType())])
-
-
-@pytest.fixture
-def wh(tmp_path: Any) -> str:
-    return str(tmp_path / "wh")
 
 
 def days(**by_day: list[int]) -> pa.Table:
@@ -120,7 +114,7 @@ def test_dynamic_overwrite_removes_what_is_live_when_it_is_applied(wh: str) -> N
     p = plan(wh, TABLE, {"overwrite-mode": "dynamic"}, schema=SCHEMA, overwrite=True)
     messages = write_tasks(p, days(d1=[100]), 1)
     write(wh, days(d1=[50], d2=[60]))  # lands first: WAL order puts it before the overwrite
-    commit_files(p, messages)
+    commit(p, messages, abort=False)
     assert rows(wh) == [(2, "d2"), (60, "d2"), (100, "d1")]
 
 
@@ -198,7 +192,7 @@ def test_a_straddling_file_that_lands_meanwhile_refuses_the_write_at_apply_time(
     messages = write_tasks(p, days(d1=[7]), 1)
     write(wh, days(d1=[2, 8]))  # straddles id >= 5
     with pytest.raises(WriteRejectedError, match="refused: live file") as err:
-        commit_files(p, messages)
+        commit(p, messages, abort=False)
     assert err.value.fields["outcome"] == "REFUSED"
     assert rows(wh) == [(1, "d1"), (2, "d1"), (8, "d1")]
 
@@ -273,7 +267,7 @@ def test_a_stale_main_commit_conflicts_with_a_branch_commit_that_landed(wh: str)
     ctx = open_target(wh, TABLE).ctx
     stale = ctx.port.load()
     write(wh, days(d1=[1]), branch="audit")  # moves audit and the serial tag, not main
-    from pyspark_fenced_sink.protocol.commit import CommitConflict
+    from pyspark_fenced_sink.protocol.context import CommitConflict
     from pyspark_fenced_sink.protocol.reconcile import reconcile
     from pyspark_fenced_sink.protocol.state import CommitRecord
 

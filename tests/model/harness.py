@@ -40,31 +40,32 @@ from pyspark_fenced_sink.errors import (
     CommitOutcomeUnknownError,
     CorruptControlDataError,
     FencedWriterError,
-    InvalidOptionsError,
+    SkipRefused,
     TableChangedError,
     TableStateError,
     WriteRejectedError,
 )
 from pyspark_fenced_sink.ops.gc import collectable, expire_writes, truncate_wal
-from pyspark_fenced_sink.protocol.commit import CommitContext, recover
+from pyspark_fenced_sink.protocol.commit import recover
+from pyspark_fenced_sink.protocol.context import CommitContext
+from pyspark_fenced_sink.protocol.entry import (
+    MAIN_BRANCH,
+    TOKEN_CHARS,
+    EntryKind,
+    WalEntry,
+    WriteMode,
+    decode_entry,
+    encoded_path,
+)
 from pyspark_fenced_sink.protocol.fencing import WriterIdentity, open_writer, stream_epoch
 from pyspark_fenced_sink.protocol.filetag import FileTag, table_tag
 from pyspark_fenced_sink.protocol.layout import control_root, seq_of, wal_key
 from pyspark_fenced_sink.protocol.outcome import data_entry, finish_write
 from pyspark_fenced_sink.protocol.publish import publish_entry
 from pyspark_fenced_sink.protocol.reconcile import Outcome
-from pyspark_fenced_sink.protocol.repair import SkipRefused, repair_state, skip_position
+from pyspark_fenced_sink.protocol.repair import repair_state, skip_position
 from pyspark_fenced_sink.protocol.view import TableIdentity, bind
-from pyspark_fenced_sink.protocol.wal import (
-    MAIN_BRANCH,
-    TOKEN_CHARS,
-    EntryKind,
-    Wal,
-    WalEntry,
-    WriteMode,
-    decode_entry,
-    encoded_path,
-)
+from pyspark_fenced_sink.protocol.wal import Wal
 from pyspark_fenced_sink.store.memory import MemoryStore
 
 from . import upsert_oracle, upserts
@@ -78,8 +79,7 @@ WRITE_ERRORS = (
     WriteRejectedError,
     CommitOutcomeUnknownError,
     TableStateError,
-    TableChangedError,
-    InvalidOptionsError,  # the table was dropped and not (yet) re-created
+    TableChangedError,  # also: the table was dropped and not (yet) re-created
 )
 
 
@@ -512,7 +512,7 @@ def _repair(env: Env) -> None:
             ctx = env.ctx(check=False)
             repair_state(ctx, ctx.identity.uuid, ctx.identity.root)  # type: ignore[union-attr]
             return
-        except (TableStateError, CommitOutcomeUnknownError, InvalidOptionsError):
+        except (TableStateError, CommitOutcomeUnknownError, TableChangedError):
             env.sched.sleep(0.05)
 
 

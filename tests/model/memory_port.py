@@ -22,14 +22,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from pyspark_fenced_sink.errors import InvalidOptionsError
+from pyspark_fenced_sink.errors import TableChangedError
 from pyspark_fenced_sink.protocol import replace as rules
-from pyspark_fenced_sink.protocol.commit import CommitConflict, CommitUnknown
+from pyspark_fenced_sink.protocol.context import CommitConflict, CommitUnknown
+from pyspark_fenced_sink.protocol.entry import MAIN_BRANCH, WalEntry, WriteMode
 from pyspark_fenced_sink.protocol.reconcile import ReconcilePlan
 from pyspark_fenced_sink.protocol.replace import EntryRefused, LiveFile, Match
 from pyspark_fenced_sink.protocol.state import CommitRecord, CommittedState
 from pyspark_fenced_sink.protocol.view import TableView
-from pyspark_fenced_sink.protocol.wal import MAIN_BRANCH, WalEntry, WriteMode
 
 from . import upserts
 
@@ -203,7 +203,7 @@ class MemoryTablePort:
         with self.catalog.lock:
             table = self.catalog.tables.get(self.name)
         if table is None:
-            raise InvalidOptionsError(f"table {self.name} does not exist (it was dropped?)")
+            raise TableChangedError(f"table {self.name} no longer exists: it was dropped while in use", table=self.name)
         return table
 
     def load(self) -> TableView:

@@ -31,9 +31,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from pyspark_fenced_sink.protocol.entry import MAIN_BRANCH, EntryKind, WalEntry, WriteMode
 from pyspark_fenced_sink.protocol.reconcile import Outcome
 from pyspark_fenced_sink.protocol.replace import Match
-from pyspark_fenced_sink.protocol.wal import MAIN_BRANCH, EntryKind, WalEntry, WriteMode
 
 from .memory_port import MemoryTable, model_match
 

@@ -31,13 +31,14 @@ from pyiceberg.typedef import Record
 from pyiceberg.types import IntegerType, LongType, NestedField
 
 from pyspark_fenced_sink.iceberg.catalogs import embedded_catalog
-from pyspark_fenced_sink.iceberg.datafiles import encode_data_file
-from pyspark_fenced_sink.iceberg.table_port import IcebergTablePort
-from pyspark_fenced_sink.protocol.commit import CommitUnknown, TableView
+from pyspark_fenced_sink.iceberg.codec.datafiles import encode_data_file
+from pyspark_fenced_sink.iceberg.commit.table_port import IcebergTablePort
+from pyspark_fenced_sink.protocol.context import CommitUnknown
+from pyspark_fenced_sink.protocol.entry import MAIN_BRANCH, WalEntry
 from pyspark_fenced_sink.protocol.reconcile import ReconcilePlan
 from pyspark_fenced_sink.protocol.replace import EntryRefused
 from pyspark_fenced_sink.protocol.state import STATE_PROPERTY, CommitRecord, CommittedState
-from pyspark_fenced_sink.protocol.wal import MAIN_BRANCH, WalEntry
+from pyspark_fenced_sink.protocol.view import TableView
 
 from .harness import Env
 from .memory_port import apply_plan

@@ -31,10 +31,10 @@ import pyspark_fenced_sink.protocol.replace as replace_module
 import pyspark_fenced_sink.protocol.view as view_module
 import pyspark_fenced_sink.protocol.wal as wal_module
 from pyspark_fenced_sink.errors import StoreError
+from pyspark_fenced_sink.protocol.entry import WriteMode
 from pyspark_fenced_sink.protocol.layout import seq_of
 from pyspark_fenced_sink.protocol.reconcile import Outcome, Position
 from pyspark_fenced_sink.protocol.replace import Match
-from pyspark_fenced_sink.protocol.wal import WriteMode
 from pyspark_fenced_sink.store.base import Claim
 from pyspark_fenced_sink.store.memory import MemoryStore
 

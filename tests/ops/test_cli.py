@@ -14,7 +14,7 @@ import pytest
 from pyspark_fenced_sink import failpoints
 from pyspark_fenced_sink.iceberg.catalogs import embedded_catalog, open_table
 from pyspark_fenced_sink.ops.cli import main
-from pyspark_fenced_sink.options import catalog_config
+from pyspark_fenced_sink.options.catalog import catalog_config
 from pyspark_fenced_sink.protocol.layout import control_root, wal_key
 from pyspark_fenced_sink.protocol.outcome import data_entry
 from pyspark_fenced_sink.protocol.state import STATE_PROPERTY, CommittedState
@@ -97,14 +97,14 @@ def test_recover_applies_a_dead_drivers_entry(wh: str, capsys: pytest.CaptureFix
 
 def test_fence_stops_the_running_incarnation(wh: str, capsys: pytest.CaptureFixture[str]) -> None:
     from pyspark_fenced_sink.errors import FencedWriterError
-    from pyspark_fenced_sink.spark.driver import commit_files
+    from pyspark_fenced_sink.testing.harness import commit
 
     p = plan(wh, TABLE, writer_id="etl", writer_batch_id=5)  # a running job: opened, files written
     messages = write_tasks(p, rows("etl", 50, 5))
     code, body, _ = _run(capsys, "fence", TABLE, "etl", "--warehouse", wh, "--json")
     assert code == 0 and body["fenced_at_seq"] == 4
     with pytest.raises(FencedWriterError, match="fenced"):
-        commit_files(p, messages)
+        commit(p, messages, abort=False)
     assert table_ids(wh, TABLE) == list(range(20))
 
 

@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
-from pyspark_fenced_sink import __version__
 from pyspark_fenced_sink.iceberg.catalogs import embedded_catalog
 from pyspark_fenced_sink.ops.cli import main
 from pyspark_fenced_sink.protocol.layout import control_root
 from pyspark_fenced_sink.testing.harness import rows, sink_write
+from pyspark_fenced_sink.version import __version__
 
 TABLE = "db.usability"
 _ROOT = Path(__file__).resolve().parents[2]

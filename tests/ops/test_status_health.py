@@ -13,7 +13,7 @@ from pyiceberg.table.snapshots import Operation, Summary
 from pyiceberg.table.update import AddSnapshotUpdate
 
 from pyspark_fenced_sink.iceberg.catalogs import embedded_catalog
-from pyspark_fenced_sink.iceberg.table_port import live_data_files
+from pyspark_fenced_sink.iceberg.commit.branches import live_data_files
 from pyspark_fenced_sink.ops.cli import main
 from pyspark_fenced_sink.testing.harness import rows, sink_write
 

@@ -13,10 +13,12 @@ from __future__ import annotations
 import pytest
 
 from pyspark_fenced_sink.errors import CommitOutcomeUnknownError
-from pyspark_fenced_sink.protocol.commit import CommitConflict, CommitContext, TableView, commit_entry
+from pyspark_fenced_sink.protocol.commit import commit_entry
+from pyspark_fenced_sink.protocol.context import CommitConflict, CommitContext
 from pyspark_fenced_sink.protocol.fencing import open_writer
 from pyspark_fenced_sink.protocol.outcome import data_entry
 from pyspark_fenced_sink.protocol.reconcile import Outcome
+from pyspark_fenced_sink.protocol.view import TableView
 from pyspark_fenced_sink.protocol.wal import Wal
 from pyspark_fenced_sink.store.memory import MemoryStore
 from tests.model.memory_port import MemoryTable, MemoryTablePort

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from pyspark_fenced_sink.protocol.entry import EntryKind, WalEntry, WriteMode, decode_entry, encode_entry
 from pyspark_fenced_sink.protocol.reconcile import reconcile
 from pyspark_fenced_sink.protocol.replace import EntryRefused, LiveFile, removals
 from pyspark_fenced_sink.protocol.state import CommittedState
-from pyspark_fenced_sink.protocol.wal import EntryKind, WalEntry, WriteMode, decode_entry, encode_entry
 
 LIVE = [LiveFile("a1", 0, ()), LiveFile("a2", 0, ()), LiveFile("b1", 0, ())]
 

@@ -17,13 +17,15 @@ import pytest
 
 from pyspark_fenced_sink.errors import FencedWriterError, InvalidOptionsError
 from pyspark_fenced_sink.protocol.batches import BatchIds
-from pyspark_fenced_sink.protocol.commit import CommitContext, commit_entry
+from pyspark_fenced_sink.protocol.commit import commit_entry
+from pyspark_fenced_sink.protocol.context import CommitContext
+from pyspark_fenced_sink.protocol.entry import EntryKind, decode_entry
 from pyspark_fenced_sink.protocol.fencing import WriterIdentity, fence_writer, open_writer, stream_epoch
 from pyspark_fenced_sink.protocol.layout import wal_key
 from pyspark_fenced_sink.protocol.outcome import data_entry, finish_write
 from pyspark_fenced_sink.protocol.reconcile import Outcome
 from pyspark_fenced_sink.protocol.state import CommittedState, WriterState
-from pyspark_fenced_sink.protocol.wal import EntryKind, Wal, decode_entry
+from pyspark_fenced_sink.protocol.wal import Wal
 from pyspark_fenced_sink.store.base import CountingStore
 from pyspark_fenced_sink.store.memory import MemoryStore
 from tests.model.memory_port import MemoryTable, MemoryTablePort
@@ -277,8 +279,7 @@ def test_a_zombie_run_registering_late_never_fences_the_newer_run(world: World) 
 
 def test_zombie_batch_job_is_fenced_on_a_real_iceberg_table(tmp_path: Path) -> None:
     """Two jobs with one writer.id on a SQLite catalog: the first-opened one is fenced, its rows never land."""
-    from pyspark_fenced_sink.spark.driver import commit_files
-    from pyspark_fenced_sink.testing.harness import plan, rows, table_ids, write_tasks
+    from pyspark_fenced_sink.testing.harness import commit, plan, rows, table_ids, write_tasks
 
     wh = str(tmp_path / "wh")
     zombie_plan = plan(wh, "db.events", writer_id="orders")
@@ -291,9 +292,9 @@ def test_zombie_batch_job_is_fenced_on_a_real_iceberg_table(tmp_path: Path) -> N
     assert zombie_files
     assert all(p.exists() for p in zombie_files)
     with pytest.raises(FencedWriterError, match="writer 'orders' epoch 0 was fenced by epoch 1 at WAL seq 2"):
-        commit_files(zombie_plan, zombie_messages)
+        commit(zombie_plan, zombie_messages, abort=False)
     assert [p for p in zombie_files if p.exists()] == []
-    commit_files(newer_plan, write_tasks(newer_plan, rows("newer", 100, 10)))
+    commit(newer_plan, write_tasks(newer_plan, rows("newer", 100, 10)), abort=False)
     assert table_ids(wh, "db.events") == list(range(100, 110))
 
 

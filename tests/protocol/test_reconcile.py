@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from pyspark_fenced_sink.protocol.batches import BatchIds
+from pyspark_fenced_sink.protocol.entry import EntryKind, WalEntry, WriteMode
 from pyspark_fenced_sink.protocol.reconcile import (
     Outcome,
     Position,
@@ -18,7 +19,6 @@ from pyspark_fenced_sink.protocol.reconcile import (
     transition,
 )
 from pyspark_fenced_sink.protocol.state import CommittedState, WriterState
-from pyspark_fenced_sink.protocol.wal import EntryKind, WalEntry, WriteMode
 
 A, D, F, G, Q, X, S, B, M, K, L, STALE = (
     Outcome.APPLIED,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from pyspark_fenced_sink.protocol.entry import EntryKind, WalEntry, WriteMode
 from pyspark_fenced_sink.protocol.replace import EntryRefused, LiveFile, Match, Refusals, check_fast_forward, removals
-from pyspark_fenced_sink.protocol.wal import EntryKind, WalEntry, WriteMode
 
 LIVE = [
     LiveFile("a1", 0, ("a",)),

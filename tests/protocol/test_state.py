@@ -8,6 +8,7 @@ import pytest
 
 from pyspark_fenced_sink.errors import CorruptControlDataError
 from pyspark_fenced_sink.protocol.batches import BatchIds
+from pyspark_fenced_sink.protocol.entry import TOKEN_CHARS
 from pyspark_fenced_sink.protocol.state import (
     STATE_PROPERTY,
     CommitRecord,
@@ -16,7 +17,6 @@ from pyspark_fenced_sink.protocol.state import (
     decode_record,
     encode_record,
 )
-from pyspark_fenced_sink.protocol.wal import TOKEN_CHARS
 
 STATE = CommittedState(
     upper=1822,

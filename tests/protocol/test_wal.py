@@ -11,16 +11,16 @@ from dataclasses import replace
 import pytest
 
 from pyspark_fenced_sink.errors import CommitOutcomeUnknownError, CorruptControlDataError, StoreError
-from pyspark_fenced_sink.protocol.layout import seq_of, wal_key
-from pyspark_fenced_sink.protocol.wal import (
+from pyspark_fenced_sink.protocol.entry import (
     FORMAT_VERSION,
     EntryKind,
-    Wal,
     WalEntry,
     WriteMode,
     decode_entry,
     encode_entry,
 )
+from pyspark_fenced_sink.protocol.layout import seq_of, wal_key
+from pyspark_fenced_sink.protocol.wal import Wal
 from pyspark_fenced_sink.store.base import CountingStore
 from pyspark_fenced_sink.store.local import LocalStore
 from pyspark_fenced_sink.store.memory import MemoryStore

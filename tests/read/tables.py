@@ -16,7 +16,7 @@ from pyiceberg.schema import Schema
 from pyiceberg.types import LongType, NestedField, StringType
 
 from pyspark_fenced_sink.iceberg.catalogs import embedded_catalog
-from pyspark_fenced_sink.options import ReadOptions, parse_read_options
+from pyspark_fenced_sink.options.read import ReadOptions, parse_read_options
 
 __all__ = ["EVENTS", "EVENTS_SCHEMA", "append", "events", "make_table", "read_options", "ten_rows_per_file"]
 

@@ -18,26 +18,20 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import pytest
 from pyiceberg.expressions import AlwaysTrue, BooleanExpression, GreaterThan
 from pyiceberg.schema import Schema
 from pyiceberg.transforms import BucketTransform, IdentityTransform
 from pyiceberg.types import FixedType, LongType, NestedField, StringType, TimeType, UUIDType
 
-from pyspark_fenced_sink.iceberg.catalogs import io_properties
-from pyspark_fenced_sink.iceberg.scan import executor_metadata, executor_task, plan_files, resolve_point
-from pyspark_fenced_sink.iceberg.spark_types import spark_schema_from_iceberg
+from pyspark_fenced_sink.iceberg.codec.fileio import io_properties
+from pyspark_fenced_sink.iceberg.planning.scan import executor_metadata, executor_task, plan_files, resolve_point
 from pyspark_fenced_sink.read.task import ReadSpec, read_files, spark_arrow_schema
+from pyspark_fenced_sink.spark.schema_from_iceberg import spark_schema_from_iceberg
 from tests.read.rowdelta import commit_deletes, position_delete_file
 from tests.read.tables import append, events, make_table, read_options
 
 ROOT = Path(__file__).resolve().parents[2]
 ALL: BooleanExpression = AlwaysTrue()
-
-
-@pytest.fixture
-def wh(tmp_path: Path) -> str:
-    return str(tmp_path / "wh")
 
 
 def _spec(table: Any, row_filter: BooleanExpression = ALL, **overrides: Any) -> ReadSpec:

@@ -189,7 +189,7 @@ def ids_of(wh: str, table: str) -> list[int]:
 def assert_invariants(wh: str, table: str) -> None:
     """I1-I7 on the real table and its WAL (``testing.invariants.check_table``)."""
     from pyspark_fenced_sink.iceberg.catalogs import open_table
-    from pyspark_fenced_sink.options import catalog_config
+    from pyspark_fenced_sink.options.catalog import catalog_config
     from pyspark_fenced_sink.testing.invariants import check_table
 
     ctx = open_table(catalog_config(warehouse=wh), table).ctx

@@ -271,7 +271,7 @@ def test_every_type_round_trips_through_pyiceberg_and_duckdb(spark: Any, warehou
     # into pyiceberg, process-wide), pyiceberg reads the null; either way nothing else differs.
     from pyiceberg.io import pyarrow as iceberg_arrow
 
-    from pyspark_fenced_sink.read.task import _NullKeepingProjection
+    from pyspark_fenced_sink.read.files import _NullKeepingProjection
 
     fixed = iceberg_arrow.ArrowProjectionVisitor is _NullKeepingProjection
     pyiceberg_want = want if fixed else [{**r, "arr_st": []} if r["arr_st"] is None else r for r in want]

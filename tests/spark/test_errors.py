@@ -27,8 +27,8 @@ from pyspark_fenced_sink import (
     fencedlake_error,
 )
 from pyspark_fenced_sink.iceberg.catalogs import embedded_catalog
+from pyspark_fenced_sink.protocol.entry import EntryKind, WalEntry
 from pyspark_fenced_sink.protocol.fencing import fence_writer, new_token
-from pyspark_fenced_sink.protocol.wal import EntryKind, WalEntry
 from pyspark_fenced_sink.testing.harness import open_target
 
 pytestmark = pytest.mark.spark

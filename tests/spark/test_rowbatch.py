@@ -25,8 +25,8 @@ from pyspark.sql.types import (
 )
 
 from pyspark_fenced_sink.spark import streaming
-from pyspark_fenced_sink.spark.driver import plan_write
 from pyspark_fenced_sink.spark.rowbatch import rows_to_batches
+from pyspark_fenced_sink.testing.harness import plan_options
 
 INNER = StructType([StructField("at", TimestampType()), StructField("tags", ArrayType(StringType()))])
 SCHEMA = StructType(
@@ -109,7 +109,7 @@ def test_stream_writer_writes_the_same_rows_through_either_path(
 
     schema = StructType([F("id", LongType()), F("writer", StringType())])
     options = {"warehouse": str(tmp_path / "wh"), "table": "db.rows", "writer.id": "rows"}
-    writer = streaming.FencedLakeStreamWriter(plan_write(options, schema, False, streaming=True), schema)
+    writer = streaming.FencedLakeStreamWriter(plan_options(options, schema=schema, streaming=True), schema)
     monkeypatch.setattr(streaming, "ARROW_STREAM_WRITER", arrow)
     data = pa.table({"id": pa.array([1, 2, 3], pa.int64()), "writer": ["r"] * 3})
     source = iter(data.to_batches()) if arrow else iter([Row(id=i, writer="r") for i in (1, 2, 3)])

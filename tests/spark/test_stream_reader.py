@@ -9,22 +9,15 @@ the offsets as JSON dicts, as Spark passes them.
 from __future__ import annotations
 
 import pickle
-from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import pytest
 from pyiceberg.transforms import IdentityTransform
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxFiles, ReadMaxRows
 
 from pyspark_fenced_sink import FencedLakeDataSource
 from pyspark_fenced_sink.spark.stream_reader import FencedLakeStreamReader
 from tests.read.tables import append, events, make_table
-
-
-@pytest.fixture
-def wh(tmp_path: Path) -> str:
-    return str(tmp_path / "wh")
 
 
 def _open(wh: str, **options: str) -> tuple[FencedLakeStreamReader, FencedLakeStreamReader]:

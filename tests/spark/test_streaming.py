@@ -38,11 +38,11 @@ from typing import Any
 
 import pytest
 
+from pyspark_fenced_sink.failpoints import DURABLE_AT as BATCH_DURABLE_AT
 from pyspark_fenced_sink.iceberg.catalogs import embedded_catalog, open_table
-from pyspark_fenced_sink.options import catalog_config
+from pyspark_fenced_sink.options.catalog import catalog_config
+from pyspark_fenced_sink.protocol.entry import EntryKind, WalEntry
 from pyspark_fenced_sink.protocol.state import STATE_PROPERTY, CommittedState, WriterState, decode_record
-from pyspark_fenced_sink.protocol.wal import EntryKind, WalEntry
-from pyspark_fenced_sink.testing.harness import DURABLE_AT as BATCH_DURABLE_AT
 from tests.spark.streamutil import input_ids, start_query, write_input
 from tests.spark.support import (
     assert_exact,

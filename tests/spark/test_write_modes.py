@@ -26,11 +26,6 @@ UTC = dt.UTC
 EVENTS = T.StructType([T.StructField("id", T.LongType()), T.StructField("ts", T.TimestampType())])
 
 
-@pytest.fixture
-def wh(tmp_path: Path) -> str:
-    return str(tmp_path / "wh")
-
-
 def at(day: int, hour: int = 12) -> dt.datetime:
     return dt.datetime(2026, 1, day, hour, tzinfo=UTC)
 

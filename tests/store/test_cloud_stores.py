@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from pyspark_fenced_sink.errors import StoreError
-from pyspark_fenced_sink.options import mask_secrets, redact
+from pyspark_fenced_sink.masking import mask_secrets, redact
 from pyspark_fenced_sink.store.azure import AzureStore, azure_location
 from pyspark_fenced_sink.store.base import create_resolved
 from pyspark_fenced_sink.store.registry import SCHEMES, filesystem_path

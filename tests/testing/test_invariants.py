@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from pyspark_fenced_sink.iceberg.catalogs import embedded_catalog, open_table
-from pyspark_fenced_sink.options import catalog_config
+from pyspark_fenced_sink.options.catalog import catalog_config
 from pyspark_fenced_sink.protocol.state import STATE_PROPERTY, CommittedState
 from pyspark_fenced_sink.testing.harness import rows, sink_write
 from pyspark_fenced_sink.testing.invariants import check_table

@@ -33,11 +33,11 @@ from pyspark.sql import types as T  # noqa: N812 - the usual pyspark idiom
 
 from pyspark_fenced_sink import failpoints
 from pyspark_fenced_sink.errors import InvalidOptionsError, SchemaMismatchError
-from pyspark_fenced_sink.iceberg.datafiles import decode_data_file
-from pyspark_fenced_sink.iceberg.fileio import cached_file_io
-from pyspark_fenced_sink.iceberg.partitioning import parse_partition_by
-from pyspark_fenced_sink.iceberg.schema import iceberg_schema_from_spark
+from pyspark_fenced_sink.iceberg.codec.datafiles import decode_data_file
+from pyspark_fenced_sink.iceberg.codec.fileio import cached_file_io
+from pyspark_fenced_sink.iceberg.codec.partitioning import parse_partition_by
 from pyspark_fenced_sink.protocol.filetag import FileTag
+from pyspark_fenced_sink.spark.schema_to_iceberg import iceberg_schema_from_spark
 from pyspark_fenced_sink.write import task as executor
 from pyspark_fenced_sink.write.task import TaskInfo, WriteResult, WriteSpec, task_info_from_spark, write_task
 
@@ -152,9 +152,11 @@ def expected_rows(batches: list[pa.RecordBatch]) -> list[dict[str, Any]]:
 
 
 def test_importing_executor_loads_no_catalog_code() -> None:
-    """Executors never import pyiceberg.catalog (nor sqlalchemy); checked in a fresh interpreter."""
+    """Executors never import pyiceberg.catalog (nor sqlalchemy), not even with the writers that carry the
+    write transaction; checked in a fresh interpreter."""
     code = (
-        "import sys, pyspark_fenced_sink.write.task\n"
+        "import sys, pyspark_fenced_sink.write.task, pyspark_fenced_sink.write.transaction\n"
+        "import pyspark_fenced_sink.spark.batch, pyspark_fenced_sink.spark.streaming\n"
         "bad = sorted(m for m in sys.modules if m.startswith(('pyiceberg.catalog', 'sqlalchemy')))\n"
         "print(','.join(bad))\n"
     )
@@ -364,7 +366,7 @@ def test_dictionary_encoding_is_kept_only_where_it_pays_like_parquet_mr(tmp_path
     ],
 )
 def test_dictionary_columns_decides_top_level_primitives_only(column: pa.Array, dictionary: bool) -> None:
-    from pyspark_fenced_sink.iceberg.write_properties import dictionary_columns
+    from pyspark_fenced_sink.iceberg.codec.write_properties import dictionary_columns
 
     nested = pa.array([{"x": i} for i in range(1000)], pa.struct([("x", pa.int64())]))
     table = pa.table({"c": column, "s": nested})

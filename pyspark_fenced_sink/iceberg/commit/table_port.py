@@ -1,0 +1,259 @@
+"""The one catalog commit, over pyiceberg (PROTOCOL.md step 5, §4; driver).
+
+:class:`IcebergTablePort` implements ``protocol.context.TablePort`` for any
+pyiceberg catalog: one snapshot on the plan's branch (staged by the head entry's
+producer, ``producers``), the commit record in its summary, the new committed
+state as a table property, and requirements that make it a compare-and-swap on
+the base view. pyiceberg's own retry is bypassed (it would rebase a stale plan:
+§12): ``CommitFailedException`` -> ``CommitConflict`` (manifests removed);
+transport, database and 5xx errors -> ``CommitUnknown`` (nothing removed).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import OrderedDict
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+from pyiceberg.exceptions import (
+    AuthorizationExpiredError,
+    CommitFailedException,
+    CommitStateUnknownException,
+    NoSuchTableError,
+    ServerError,
+    ServiceUnavailableError,
+    TooManyRequestsError,
+)
+from pyiceberg.table import Table, Transaction
+from pyiceberg.table.metadata import TableMetadata
+from pyiceberg.table.update import AssertDefaultSpecId, AssertTableUUID, update_table_metadata
+
+from pyspark_fenced_sink import failpoints
+from pyspark_fenced_sink.errors import CorruptControlDataError, TableChangedError
+from pyspark_fenced_sink.iceberg.codec.datafiles import decode_data_file
+from pyspark_fenced_sink.iceberg.commit.branches import (
+    StagedCommit,
+    ref_requirements,
+)
+from pyspark_fenced_sink.iceberg.commit.producers import PRODUCERS
+from pyspark_fenced_sink.protocol.context import CommitConflict, CommitUnknown
+from pyspark_fenced_sink.protocol.entry import WalEntry, encoded_spec_id
+from pyspark_fenced_sink.protocol.reconcile import ReconcilePlan
+from pyspark_fenced_sink.protocol.replace import EntryRefused
+from pyspark_fenced_sink.protocol.state import (
+    STATE_PROPERTY,
+    CommitRecord,
+    CommittedState,
+    decode_record,
+    encode_record,
+)
+from pyspark_fenced_sink.protocol.view import TableView
+
+__all__ = ["IcebergTablePort", "view_of"]
+
+logger = logging.getLogger(__name__)
+
+_UNKNOWN_ERRORS: tuple[type[BaseException], ...] = (CommitStateUnknownException, OSError, TimeoutError)
+try:
+    from sqlalchemy.exc import DBAPIError
+
+    _UNKNOWN_ERRORS += (DBAPIError,)
+except ImportError:  # pragma: no cover - sqlalchemy is a dependency
+    pass
+try:
+    from requests.exceptions import RequestException
+
+    _UNKNOWN_ERRORS += (RequestException,)
+except ImportError:  # pragma: no cover
+    pass
+# A REST catalog answers 409 (CommitFailedException: a conflict) or 500/502/504 (CommitStateUnknownException)
+# to a commit; pyiceberg maps 503 to ServiceUnavailableError, other 5xx to ServerError, 419 (an expired token)
+# and 429 (throttled) to their own errors. The Iceberg REST spec says a commit's 5xx leaves its state unknown,
+# and for a 419 or 429 re-reading is as safe: each of these is an unknown outcome, never a plain failure.
+_UNKNOWN_ERRORS += (ServerError, ServiceUnavailableError, AuthorizationExpiredError, TooManyRequestsError)
+
+
+class _LeanTransaction(Transaction):
+    """A Transaction whose ``table_metadata`` is computed once per set of staged updates.
+
+    pyiceberg recomputes (and deep-copies) the whole table metadata on every
+    access, a dozen times per commit: O(snapshots) each time. Metadata objects
+    are immutable, so caching per updates tuple is safe.
+    """
+
+    _cached: tuple[Any, TableMetadata] | None = None
+
+    @property
+    def table_metadata(self) -> TableMetadata:
+        updates = self._updates
+        if self._cached is None or self._cached[0] is not updates:
+            metadata = update_table_metadata(self._table.metadata, updates) if updates else self._table.metadata
+            self._cached = (updates, metadata)
+        return self._cached[1]
+
+
+def view_of(table: Table) -> TableView:
+    """The committed view of a loaded table (not yet checked: ``CommitContext.check`` binds it)."""
+    metadata = table.metadata
+    snapshot = table.current_snapshot()
+    text = table.properties.get(STATE_PROPERTY)
+    state, error = CommittedState(), None
+    try:
+        state = CommittedState.decode(text, where=".".join(table.name()))
+    except CorruptControlDataError as e:
+        error = str(e)
+    newest = _newest_record(metadata)
+    return TableView(
+        state=state,
+        version=str(table.metadata_location),
+        snapshot_id=snapshot.snapshot_id if snapshot else None,
+        spec_id=metadata.default_spec_id,
+        table_uuid=str(metadata.table_uuid),
+        location=metadata.location,
+        fresh=text is None,
+        recorded_upper=None if newest is None else newest.last + 1,
+        state_error=error,
+    )
+
+
+def _records(metadata: TableMetadata) -> Iterator[CommitRecord]:
+    """Commit records of every snapshot the table has, newest commit first.
+
+    All snapshots, not main's ancestry: commits on branches reconcile WAL positions too
+    (PROTOCOL.md §5.1). The metadata lists snapshots in commit order, and commits reconcile
+    positions in WAL order, so records come in decreasing position order. A record copied by
+    another tool (a cherry-pick) is yielded once.
+    """
+    seen: set[tuple[int, int]] = set()
+    for snapshot in reversed(metadata.snapshots):
+        record = decode_record(snapshot.summary.additional_properties if snapshot.summary else {})
+        if record is not None and (record.first, record.last) not in seen:
+            seen.add((record.first, record.last))
+            yield record
+
+
+def _newest_record(metadata: TableMetadata) -> CommitRecord | None:
+    return next(_records(metadata), None)
+
+
+class IcebergTablePort:
+    """``commit.TablePort`` over a pyiceberg catalog and one table identifier."""
+
+    def __init__(self, catalog: Any, identifier: str, table: Table | None = None) -> None:
+        self.catalog = catalog
+        self.name = identifier
+        self._tables: OrderedDict[str, Table] = OrderedDict()
+        if table is not None:
+            self.remember(table)
+
+    def remember(self, table: Table) -> TableView:
+        """The view of an already loaded ``table`` (no catalog read); ``table(view)`` returns it."""
+        view = view_of(table)
+        self._tables[view.version] = table
+        self._tables.move_to_end(view.version)
+        while len(self._tables) > 4:
+            self._tables.popitem(last=False)
+        return view
+
+    def table(self, view: TableView) -> Table:
+        """The loaded table object behind ``view``."""
+        table = self._tables.get(view.version)
+        if table is None:
+            raise KeyError(f"view {view.version} was not loaded through this port")
+        return table
+
+    def load(self) -> TableView:
+        try:
+            return self.remember(self.catalog.load_table(self.name))
+        except NoSuchTableError as e:
+            raise TableChangedError(
+                f"table {self.name} no longer exists: it was dropped while in use", table=self.name
+            ) from e
+
+    def find_record(self, view: TableView, seq: int) -> CommitRecord | None:
+        for record in _records(self.table(view).metadata):
+            if record.first <= seq <= record.last:
+                return record
+            if record.last < seq:
+                return None
+        return None
+
+    def records(self, view: TableView) -> list[CommitRecord]:
+        """Every commit record of the table's snapshots at ``view``, oldest first."""
+        return list(_records(self.table(view).metadata))[::-1]
+
+    def replace_state(self, base: TableView, state: CommittedState) -> TableView:
+        """Set the ``fencedlake.state`` property alone (``fencedlake repair-state``), if the table is at ``base``.
+
+        Raises:
+            CommitConflict: the table moved since ``base`` (nothing changed).
+            CommitUnknown: the outcome is unknown.
+        """
+        table = self.table(base)
+        tx = Transaction(table)
+        tx.set_properties({STATE_PROPERTY: state.encode()})
+        requirements = (AssertTableUUID(uuid=table.metadata.table_uuid), *ref_requirements(table.metadata, set()))
+        return self._commit_updates(base, table, tx, requirements, cleanup=None)
+
+    def commit(
+        self, base: TableView, plan: ReconcilePlan, entries: Mapping[int, WalEntry], record: CommitRecord
+    ) -> TableView:
+        table = self.table(base)
+        metadata = table.metadata
+        schema = metadata.schema()
+        specs = metadata.specs()
+        fv = metadata.format_version
+        partition_types = {sid: spec.partition_type(schema) for sid, spec in specs.items()}
+        added = [
+            decode_data_file(f, partition_types[encoded_spec_id(f)], fv) for s in plan.apply for f in entries[s].files
+        ]
+        summary = {**dict(plan.properties), **encode_record(record)}
+        head = entries[plan.head] if plan.head is not None else None
+        staged = None
+        try:
+            staged = StagedCommit(_LeanTransaction(table), table, plan, entries, summary)
+            producer = PRODUCERS[plan.mode](staged, head)
+        except EntryRefused as e:
+            if staged is not None:
+                staged.cleanup()
+            raise EntryRefused(e.reason, plan.head if e.seq is None else e.seq) from e
+        for data_file in added:
+            producer.append_data_file(data_file)
+        staged.finish(producer)
+        staged.tx.set_properties({STATE_PROPERTY: staged.state.encode()})
+        failpoints.hit("commit.after-manifests-written")
+        requirements = (
+            *staged.requirements(),
+            AssertTableUUID(uuid=metadata.table_uuid),
+            AssertDefaultSpecId(default_spec_id=metadata.default_spec_id),  # type: ignore[call-arg]  # pydantic: by name
+        )
+        return self._commit_updates(base, table, staged.tx, requirements, cleanup=staged.cleanup)
+
+    def _commit_updates(
+        self,
+        base: TableView,
+        table: Table,
+        tx: Transaction,
+        requirements: tuple[Any, ...],
+        cleanup: Callable[[], None] | None,
+    ) -> TableView:
+        try:
+            self._submit(table, tx, requirements)
+        except CommitFailedException as e:
+            if cleanup is not None:
+                cleanup()
+            raise CommitConflict(str(e)) from e
+        except _UNKNOWN_ERRORS as e:
+            logger.warning(
+                "fencedlake: commit on %s has an unknown outcome (%s); re-reading", self.name, type(e).__name__
+            )
+            raise CommitUnknown(str(e)) from e
+        # _do_commit moved this Table object to the new metadata: it no longer is ``base``.
+        self._tables.pop(base.version, None)
+        return self.remember(table)
+
+    @staticmethod
+    def _submit(table: Table, tx: Transaction, requirements: tuple[Any, ...]) -> None:
+        """The one catalog request: the staged updates, if ``requirements`` still hold. No retry."""
+        table._do_commit(updates=tx._updates, requirements=requirements)
