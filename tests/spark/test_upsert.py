@@ -23,7 +23,7 @@ import pytest
 from pyspark_fenced_sink import read_table
 from pyspark_fenced_sink.errors import InvalidOptionsError, WriteRejectedError, fencedlake_error
 from pyspark_fenced_sink.iceberg.catalogs import embedded_catalog, open_table
-from pyspark_fenced_sink.options.write import catalog_config
+from pyspark_fenced_sink.options.catalog import catalog_config
 from pyspark_fenced_sink.protocol.entry import WriteMode
 from pyspark_fenced_sink.testing.invariants import duplicate_keys
 from tests.spark.support import (
