@@ -21,6 +21,7 @@ from pyspark.sql.types import LongType, StringType, StructField, StructType
 import pyspark_fenced_sink.iceberg.commit.tombstones as tombstones_module
 from pyspark_fenced_sink.errors import InvalidOptionsError, WriteRejectedError
 from pyspark_fenced_sink.iceberg.catalogs import embedded_catalog
+from pyspark_fenced_sink.iceberg.commit import key_index
 from pyspark_fenced_sink.protocol.commit import recover
 from pyspark_fenced_sink.protocol.entry import WalEntry
 from pyspark_fenced_sink.protocol.outcome import data_entry
@@ -445,3 +446,14 @@ def test_a_stream_delivers_new_keys_and_refuses_or_skips_an_upsert_that_changes_
     second_only = added[1] - added[0]
     assert files and not set(files) & second_only  # the second upsert's rows are not streamed
     assert set(files) == (added[0] | added[2]) - second_only - {f for f in added[2] if "/d-" in f}
+
+
+def test_a_tombstone_file_gone_from_storage_is_forgotten_never_a_stuck_table(wh: str) -> None:
+    """A listed tombstone file removed by another tool: its deletes are forgotten, upserts still apply."""
+    upsert(wh, [(1, 1, "a", "U"), (2, 1, "b", "U")])
+    upsert(wh, [(1, 9, None, "D")])
+    for ref in _state(wh).tombstones:
+        table(wh).io.delete(str(ref["p"]))
+    key_index.clear_caches()  # a committer process that never read the file
+    upsert(wh, [(1, 5, "back", "U"), (2, 2, "b2", "U")])  # the remembered delete of key 1 is gone
+    assert visible(wh) == [(1, 5, "back"), (2, 2, "b2")]

@@ -18,6 +18,7 @@ removes one that no committed state lists once the upper has passed its name.
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -29,7 +30,7 @@ import pyarrow.parquet as pq
 from pyspark_fenced_sink import failpoints
 from pyspark_fenced_sink.iceberg.codec.key_files import MS_COLUMN, describe, write_key_file
 from pyspark_fenced_sink.iceberg.commit.branches import StagedCommit
-from pyspark_fenced_sink.iceberg.commit.key_index import Reads, column_name, key_table
+from pyspark_fenced_sink.iceberg.commit.key_index import Reads, Unreadable, column_name, key_table
 from pyspark_fenced_sink.protocol.filetag import ApplyTag, table_tag
 from pyspark_fenced_sink.protocol.layout import keys_key
 from pyspark_fenced_sink.protocol.upsert import (
@@ -43,6 +44,8 @@ from pyspark_fenced_sink.protocol.upsert import (
 
 __all__ = ["merge_tombstones", "retention_ms"]
 
+logger = logging.getLogger(__name__)
+
 Ref = Mapping[str, Any]
 
 
@@ -55,10 +58,17 @@ def retention_ms(properties: Mapping[str, str]) -> int:
     return value if value > 0 else TOMBSTONE_RETENTION_MS_DEFAULT
 
 
-def _rows(staged: StagedCommit, ref: Ref, keys: list[int], order: int, reads: Reads) -> pa.Table:
-    """A listed file's keys, order values and ``_ms`` (a delete-key file's rows all share its reference's)."""
+def _rows(staged: StagedCommit, ref: Ref, keys: list[int], order: int, reads: Reads) -> pa.Table | None:
+    """A listed file's keys, order values and ``_ms`` (a delete-key file's rows all share its reference's).
+
+    None (logged) for a file that is gone: its remembered deletes are forgotten, never a refused commit.
+    """
     metadata = staged.tx.table_metadata
-    table = key_table(staged.table.io, str(ref["p"]), [*keys, order], metadata.schema(), None, reads)
+    try:
+        table = key_table(staged.table.io, str(ref["p"]), [*keys, order], metadata.schema(), None, reads)
+    except Unreadable as e:
+        logger.warning("fencedlake: remembered deletes in %s are forgotten: %s", ref["p"], e)
+        return None
     names = [column_name(i) for i in [*keys, order]]
     if str(ref["p"]).rsplit("/", 1)[-1].startswith("t-"):
         with staged.table.io.new_input(str(ref["p"])).open() as stream:
@@ -85,7 +95,10 @@ def merge_tombstones(staged: StagedCommit, tombstones: tuple[Ref, ...], reads: R
     tag = table_tag(str(metadata.table_uuid))
     merged: list[Ref] = []
     for (keys, order), refs in sorted(groups.items()):
-        table = pa.concat_tables([_rows(staged, ref, list(keys), order, reads) for ref in refs])
+        found = [t for ref in refs if (t := _rows(staged, ref, list(keys), order, reads)) is not None]
+        if not found:
+            continue
+        table = pa.concat_tables(found)
         table = table.filter(pc.greater_equal(table.column(MS_COLUMN), cutoff))
         if not table.num_rows:
             continue

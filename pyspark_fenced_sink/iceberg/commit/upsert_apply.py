@@ -24,6 +24,7 @@ from __future__ import annotations
 import bisect
 import contextlib
 import functools
+import logging
 import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -66,6 +67,8 @@ from pyspark_fenced_sink.protocol.state import SUMMARY_UPSERT
 from pyspark_fenced_sink.protocol.upsert import TOMBSTONE_ORDER_KEY, Resolution, Source, resolve
 
 __all__ = ["upsert_producer"]
+
+logger = logging.getLogger(__name__)
 
 #: Key types whose manifest bounds prune candidate files (others are always candidates).
 _BOUNDED = (IntegerType, LongType, StringType, DateType, TimestampType, TimestamptzType, DecimalType)
@@ -299,9 +302,11 @@ class _Applier:
         self.counts["read"] += len(paths)
         if spec.order is not None and branch == MAIN_BRANCH:
             remembered_deletes = [
-                self._keys(str(ref["p"]), ids)
+                kept
                 for ref in self.tombstones
-                if int(ref[TOMBSTONE_ORDER_KEY]) == spec.order[0] and bounds.may_hold(*decode_bounds(ref))
+                if int(ref[TOMBSTONE_ORDER_KEY]) == spec.order[0]
+                and bounds.may_hold(*decode_bounds(ref))
+                and (kept := self._remembered(str(ref["p"]), ids)) is not None
             ]
             if remembered_deletes:
                 tombs = pa.concat_tables(remembered_deletes).join(keys, keys=names, join_type="inner")
@@ -330,6 +335,14 @@ class _Applier:
         for df in own:
             self.live.files[df.file_path] = df
         self.tombstones = remembered(self.tombstones, entry, Outcome.APPLIED)
+
+    def _remembered(self, path: str, ids: Sequence[int]) -> pa.Table | None:
+        """A listed tombstone file's keys and orders; None (logged) if it is gone: its deletes are forgotten."""
+        try:
+            return self._keys(path, ids)
+        except Unreadable as e:
+            logger.warning("fencedlake: remembered deletes in %s are forgotten: %s", path, e)
+            return None
 
     def _keys(self, path: str, ids: Sequence[int]) -> pa.Table:
         return key_table(self.io, path, ids, self.schema, self.mapping, self.reads)
