@@ -5,7 +5,8 @@ Times :func:`pyspark_fenced_sink.write.task.write_task` on the benchmark rows
 ``day(ts)``-partitioned, against the floor: pyarrow's own ``ParquetWriter``
 writing the same rows with the same settings (the table's codec, row-group
 size) in one call, with pyarrow's default of a dictionary for every column
-(``write_task`` keeps one only where it pays: ``iceberg.write_properties.dictionary_columns``).
+(``write_task`` keeps one only where it pays: ``iceberg.write_properties.dictionary_columns``),
+and the unpartitioned write without its NaN counts (what counting them costs).
 Interleaved rounds, median; ratio = floor time / variant time. One extra
 profiled run (cProfile) of the unpartitioned write says where the executor's
 time goes. Files are written into the tables' data directories and never
@@ -15,10 +16,12 @@ committed (they are deleted after each run).
 from __future__ import annotations
 
 import cProfile
+import dataclasses
 import os
 import pstats
 import shutil
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -35,6 +38,45 @@ __all__ = ["run"]
 
 def _data_dir(spec: Any) -> Path:
     return Path(spec.location.removeprefix("file://")) / "data"
+
+
+NO_NANS = "write_task unpartitioned, no NaN counts"
+
+
+def _nan_cpu_share(p: Any, batches: list[pa.RecordBatch]) -> tuple[float, float]:
+    """CPU seconds of counting NaNs over all the rows, and of one unpartitioned ``write_task`` of them."""
+    from pyspark_fenced_sink.write.nan_counts import count_nans
+    from pyspark_fenced_sink.write.task import TaskInfo, _layout, write_task
+
+    layout = _layout(p.spec.schema_json, p.spec.spec_json, tuple(sorted(p.spec.properties.items())))
+    table = pa.Table.from_batches(batches)
+    started = time.process_time()
+    for _, values in layout.nan_columns:
+        count_nans(values(table))
+    counting = time.process_time() - started
+    started = time.process_time()
+    write_task(p.spec, iter(batches), TaskInfo(0, 998, None))
+    writing = time.process_time() - started
+    shutil.rmtree(_data_dir(p.spec), ignore_errors=True)
+    return counting, writing
+
+
+def _no_nans(p: Any) -> Any:
+    """``p`` with NaN counting off: the price of the NaN counts every file carries (PROTOCOL.md step 2).
+
+    Only a baseline to measure against: its layout (parsed once per schema, spec and properties) is built
+    here with ``write.nan_counts`` finding no float column; a marker property keeps it apart from ``p``'s.
+    """
+    from pyspark_fenced_sink.write import task as executor
+
+    spec = dataclasses.replace(p.spec, properties={**p.spec.properties, "fencedlake.bench.nan-counts": "off"})
+    counted = executor.nan_columns
+    executor.nan_columns = lambda schema, plan: ()  # type: ignore[assignment]
+    try:
+        executor._layout(spec.schema_json, spec.spec_json, tuple(sorted(spec.properties.items())))
+    finally:
+        executor.nan_columns = counted
+    return dataclasses.replace(p, spec=spec)
 
 
 def run(*, rows: int, reps: int, workdir: str | None = None, log: Callable[[str], None] = print) -> SuiteResult:
@@ -83,10 +125,12 @@ def run(*, rows: int, reps: int, workdir: str | None = None, log: Callable[[str]
         variants = [
             ("pyarrow ParquetWriter (floor)", raw),
             ("write_task unpartitioned", task("write_task unpartitioned", flat)),
+            (NO_NANS, task(NO_NANS, _no_nans(flat))),
             ("write_task day(ts)", task("write_task day(ts)", daily)),
         ]
         samples = interleaved(variants, reps, log=log)
 
+        nan_cpu, write_cpu = _nan_cpu_share(flat, batches)
         profiler = cProfile.Profile()
         profiler.enable()
         write_task(flat.spec, iter(batches), TaskInfo(0, 999, None))
@@ -108,6 +152,15 @@ def run(*, rows: int, reps: int, workdir: str | None = None, log: Callable[[str]
             }
         )
     result.data["samples_s"] = samples
+    nan_speed = median(paired_ratios(samples, "write_task unpartitioned", NO_NANS))
+    result.data["nan_counts_speed"] = nan_speed
+    result.data["nan_counts_cpu_share"] = nan_cpu / write_cpu
+    result.notes.append(
+        f"NaN counts (every float column, from the rows written; the benchmark rows have one double column): the "
+        f"write with them runs at {nan_speed:.2f}x the speed of the same write without them (median of paired "
+        f"rounds); counting them takes {nan_cpu * 1000:.1f} ms of CPU, {nan_cpu / write_cpu:.2%} of the write's "
+        f"{write_cpu:.2f} s (process CPU time, less noisy than wall time on a shared machine)."
+    )
     stats = pstats.Stats(profiler)
     total = stats.total_tt  # type: ignore[attr-defined]
     top = sorted(stats.stats.items(), key=lambda kv: kv[1][2], reverse=True)[:10]  # type: ignore[attr-defined]

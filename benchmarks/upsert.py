@@ -1,4 +1,4 @@
-"""Suite "upsert": upserts and deletes by key into a large table (issue 25; docs/PROTOCOL.md §5.4).
+"""Suite "upsert": upserts and deletes by key into a large table (issue 25; docs/PROTOCOL.md §5.5).
 
 Spark-free: the sink's real driver and executor code through ``testing.harness``
 (plan, one task, commit), on the embedded SQLite catalog. A base table of

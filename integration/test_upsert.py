@@ -1,4 +1,4 @@
-"""Upserts against real services: PostgreSQL catalog (or the REST catalog) and S3 (docs/PROTOCOL.md §5.4).
+"""Upserts against real services: PostgreSQL catalog (or the REST catalog) and S3 (docs/PROTOCOL.md §5.5).
 
 Writers on several threads upsert overlapping keys with unique random order
 values and delete rows into one table whose data, WAL, delete-key files and

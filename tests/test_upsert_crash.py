@@ -1,4 +1,4 @@
-"""Kill matrix over the upsert fail points (PROTOCOL.md §5.4, §9): crash, then a peer or recover finishes.
+"""Kill matrix over the upsert fail points (PROTOCOL.md §5.5, §9): crash, then a peer or recover finishes.
 
 A victim process runs a real upsert (driver + executor code, ``testing.harness``)
 with one fail point armed ``crash`` (``os._exit``: what ``kill -9`` leaves). Then

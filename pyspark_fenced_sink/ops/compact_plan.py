@@ -6,7 +6,7 @@ row filter prunes by partition and statistics, as a read does) and keeps the
 (Iceberg's ``min-file-size-bytes`` default) — written under the table's default
 partition spec (a file of an older spec would change partition when rewritten).
 A file whose delete files are all *file-scoped* position deletes (they name
-it: upserts write them, PROTOCOL.md §5.4) is an input whatever its size: its
+it: upserts write them, PROTOCOL.md §5.5) is an input whatever its size: its
 rewrite applies them (*folds* them) and the commit removes them; a file with any
 other delete file attached is left alone. A snapshot with equality deletes is
 refused, as a read refuses it. Per partition, at least ``min_input_files`` small

@@ -15,7 +15,7 @@ because every step is ordered by the protocol itself:
   batch, or an anonymous write opened before ``gc``'s committed expiry mark
   (an ``expire`` barrier — writes that reach the WAL after it are rejected).
   In-flight writes match none of these, so their files are never collected.
-* **Files of upserts** (PROTOCOL.md §5.4, §8): a position delete file a commit
+* **Files of upserts** (PROTOCOL.md §5.5, §8): a position delete file a commit
   attempt wrote (``ApplyTag`` kind ``d``) is an orphan once no retained snapshot
   references it and the committed upper has passed the upper in its name (no
   attempt that could still land references it); under the control root's

@@ -1,7 +1,7 @@
 """File and metadata health of a table for ``fencedlake status`` (PROTOCOL.md §10; read-only).
 
 Small data files per partition, the manifest count, the live delete files
-(upserts write position deletes until compaction folds them, PROTOCOL.md §5.4)
+(upserts write position deletes until compaction folds them, PROTOCOL.md §5.5)
 and the last compaction, all from metadata: the current snapshot's manifest list and manifests (the
 live data files with their sizes and partitions) and the snapshot log. No
 data file is opened, so the cost grows with the number of files and

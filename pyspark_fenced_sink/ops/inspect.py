@@ -168,7 +168,7 @@ def recent_commits(table: Any, count: int) -> list[dict[str, Any]]:
 
 
 def upsert_metrics(summary: Mapping[str, str]) -> dict[str, Any]:
-    """What an upsert commit did, from its ``fencedlake.upsert`` summary (PROTOCOL.md §5.4); {} for others.
+    """What an upsert commit did, from its ``fencedlake.upsert`` summary (PROTOCOL.md §5.5); {} for others.
 
     ``keys_rewritten`` counts keys whose live row an upsert replaced or deleted; ``files_read`` the data and
     delete files the commit had to read (the rest came from the committer's cache).

@@ -119,7 +119,7 @@ class SinkOptions:
 
     @property
     def upsert(self) -> bool:
-        """True if the write upserts by key (any ``upsert-*`` option given; PROTOCOL.md §5.4)."""
+        """True if the write upserts by key (any ``upsert-*`` option given; PROTOCOL.md §5.5)."""
         return bool(self.upsert_keys or self.upsert_order or self.upsert_delete_where)
 
     def __repr__(self) -> str:

@@ -8,11 +8,26 @@ hint rather than misreading it.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from pyspark_fenced_sink.errors import CorruptControlDataError
 
-__all__ = ["MALFORMED", "dumps", "loads_versioned"]
+__all__ = [
+    "MALFORMED",
+    "dumps",
+    "field",
+    "is_bool",
+    "is_count",
+    "is_partition",
+    "is_str",
+    "is_text",
+    "loads_versioned",
+    "name_ids",
+    "partition_lists",
+    "str_pairs",
+    "text_list",
+]
 
 #: What building an object from a malformed JSON body raises (callers map these to CorruptControlDataError).
 MALFORMED: tuple[type[Exception], ...] = (ValueError, KeyError, TypeError, AttributeError)
@@ -41,3 +56,86 @@ def loads_versioned(data: str | bytes, version: int | tuple[int, ...], what: str
             "upgrade fencedlake on every writer of this table"
         )
     return body
+
+
+def is_bool(value: Any) -> bool:
+    """A JSON boolean."""
+    return isinstance(value, bool)
+
+
+def is_count(value: Any) -> bool:
+    """A JSON integer >= 0 (not a boolean, not a float, not a numeric string)."""
+    return type(value) is int and value >= 0
+
+
+def is_str(value: Any) -> bool:
+    """A JSON string."""
+    return isinstance(value, str)
+
+
+def is_text(value: Any) -> bool:
+    """A non-empty JSON string."""
+    return isinstance(value, str) and bool(value)
+
+
+def field(
+    body: Mapping[str, Any],
+    key: str,
+    expected: str,
+    ok: Callable[[Any], bool],
+    default: Any = None,
+    *,
+    required: bool = False,
+    where: str = "",
+) -> Any:
+    """``body[key]`` if ``ok`` says it is well-formed; ``default`` if absent or null (unless ``required``).
+
+    Raises:
+        ValueError: the value is malformed, or missing although ``required`` (the message names the field).
+    """
+    value = body.get(key)
+    name = f"{where}.{key}" if where else key
+    if value is None:
+        if required:
+            raise ValueError(f"field {name!r} is missing: expected {expected}")
+        return default
+    if not ok(value):
+        shown = json.dumps(value)
+        raise ValueError(
+            f"field {name!r}: expected {expected}, found {shown if len(shown) <= 60 else shown[:57] + '...'}"
+        )
+    return value
+
+
+def is_partition(value: Any) -> bool:
+    """A list of encoded partition values (strings, or null for a null value)."""
+    return isinstance(value, list) and all(v is None or isinstance(v, str) for v in value)
+
+
+def _listed(body: Mapping[str, Any], key: str, expected: str, ok: Callable[[Any], bool]) -> list[Any]:
+    value = field(body, key, expected, lambda v: isinstance(v, list) and all(map(ok, v)), [])
+    return list(value)
+
+
+def partition_lists(body: Mapping[str, Any], key: str) -> tuple[tuple[str | None, ...], ...]:
+    """A list of encoded partition tuples (absent: none)."""
+    return tuple(tuple(p) for p in _listed(body, key, "a list of encoded partition tuples", is_partition))
+
+
+def text_list(body: Mapping[str, Any], key: str) -> tuple[str, ...]:
+    """A list of non-empty strings (absent: none)."""
+    return tuple(_listed(body, key, "a list of non-empty strings", is_text))
+
+
+def str_pairs(body: Mapping[str, Any], key: str) -> tuple[tuple[str, str], ...]:
+    """An object of strings, as sorted (key, value) pairs (absent: none)."""
+    value = field(body, key, "an object of strings", lambda v: isinstance(v, dict) and all(map(is_str, v.values())))
+    return tuple(sorted((value or {}).items()))
+
+
+def name_ids(body: Mapping[str, Any], key: str) -> tuple[tuple[str, int], ...]:
+    """An object of names to non-negative integers, as sorted pairs (absent: none)."""
+    value = field(
+        body, key, "an object of names to integers", lambda v: isinstance(v, dict) and all(map(is_count, v.values()))
+    )
+    return tuple(sorted((value or {}).items()))

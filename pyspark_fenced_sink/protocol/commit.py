@@ -93,6 +93,21 @@ def _fenced_before_put(state: CommittedState, entry: WalEntry) -> str | None:
     return None
 
 
+def _put(ctx: CommitContext, entry: WalEntry, start: int) -> int:
+    """Put ``entry`` at the WAL's tail after ``start``; returns its seq.
+
+    A position that said "exists" and was gone when read is resolved by the commit loop when it is below the
+    upper (reconciled and truncated: the commit record says whose it was, PROTOCOL.md §6). At or above the
+    upper it was moved aside by an operator (``gc`` deletes only below it): never reconciled, never ours, so
+    the entry is put there again.
+    """
+    while True:
+        seq, vanished = ctx.wal.append_claim(entry, start)
+        if not vanished or seq < ctx.load().state.upper:
+            return seq
+        start = seq
+
+
 def commit_entry(ctx: CommitContext, entry: WalEntry, *, view: TableView | None = None) -> CommitResult:
     """Write ``entry`` to the WAL and return once its outcome is known (steps 3-6).
 
@@ -104,7 +119,7 @@ def commit_entry(ctx: CommitContext, entry: WalEntry, *, view: TableView | None 
     if fenced is not None:
         return _finish(ctx, progress, None, Outcome.FENCED, fenced, by_peer=True)
     failpoints.hit("commit.before-wal-put")
-    seq = ctx.wal.append(entry, start=view.state.upper)
+    seq = _put(ctx, entry, view.state.upper)
     failpoints.hit("commit.after-wal-put")
     try:
         return _drive(ctx, entry, seq, view, progress)
@@ -191,7 +206,7 @@ def _drive(ctx: CommitContext, entry: WalEntry, seq: int, view: TableView, progr
                 )
             # Another object holds our position (an operator skipped it after our entry was damaged and moved
             # aside): ours was never reconciled. Put it again.
-            seq = ctx.wal.append(entry, start=view.state.upper)
+            seq = _put(ctx, entry, view.state.upper)
             cache, known_last = {seq: entry}, seq
             continue
         pending = _read_pending(ctx, view.state.upper, known_last, cache)

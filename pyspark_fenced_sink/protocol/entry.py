@@ -4,11 +4,12 @@ Kinds: ``data`` (a write's files and how they change the table: :class:`WriteMod
 ``fence`` (a barrier: the writer's epoch), ``expire`` (gc's barrier), ``skip`` (an
 operator's no-op at a lost position) and ``publish``. An ``upsert`` data entry
 also carries its key and order columns (``protocol.upsert.UpsertSpec``) and its
-delete-key files (PROTOCOL.md §5.4). Entries that use no version-3 field are
+delete-key files (PROTOCOL.md §5.5). Entries that use no version-3 field are
 written as version 2, so a fleet upgrading writer by writer keeps working; a
 version-2 reader refuses a version-3 entry with an upgrade hint; upsert entries
 (and compactions that fold delete files) are version 4, refused by readers of 2
 and 3 the same way.
+Decoding validates every field of every kind (:func:`decode_entry`, §5.4, §8.1).
 """
 
 from __future__ import annotations
@@ -16,12 +17,27 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
+from dataclasses import field as attribute
 from enum import Enum
 from typing import Any
 
 from pyspark_fenced_sink.errors import CorruptControlDataError
-from pyspark_fenced_sink.protocol.codec import MALFORMED, dumps, loads_versioned
+from pyspark_fenced_sink.protocol.codec import (
+    MALFORMED,
+    dumps,
+    field,
+    is_bool,
+    is_count,
+    is_partition,
+    is_str,
+    is_text,
+    loads_versioned,
+    name_ids,
+    partition_lists,
+    str_pairs,
+    text_list,
+)
 from pyspark_fenced_sink.protocol.layout import seq_of
 from pyspark_fenced_sink.protocol.upsert import UpsertSpec
 
@@ -77,8 +93,10 @@ class WriteMode(str, Enum):
     time, by ``protocol.replace.removals``. Reconciliation starts a new commit
     before an applied entry that replaces rows (:attr:`replaces_rows`), and only
     appends to the same branch with the same snapshot properties join a commit
-    after its first applied entry, if that entry takes them (:attr:`takes_appends`);
-    upserts join a commit of appends and upserts the same way (:attr:`merges_keys`).
+    after its first applied entry, if that entry takes them (:attr:`takes_appends`:
+    only an append does, so an entry that replaces rows always commits alone);
+    upserts are the one exception: upserts to the same branch with the same snapshot
+    properties join a commit that starts with an upsert (:attr:`takes_upserts`).
 
     * ``APPEND`` adds files;
     * ``OVERWRITE`` removes every live file of the branch (static overwrite);
@@ -89,7 +107,7 @@ class WriteMode(str, Enum):
     * ``COMPACT`` replaces the entry's input files (``WalEntry.inputs``) by its files, rows unchanged
       (a ``replace`` snapshot), and is refused unless every input is still live; it commits alone;
     * ``UPSERT`` adds its files and deletes, by position, the rows that lose per key
-      (``protocol.upsert``); appends and other upserts join its commit, and it joins an append's.
+      (``protocol.upsert``); only other upserts join its commit, in WAL order (PROTOCOL.md §5.5).
     """
 
     APPEND = "append"
@@ -107,13 +125,23 @@ class WriteMode(str, Enum):
 
     @property
     def takes_appends(self) -> bool:
-        """True if appends after an entry of this mode may join its catalog commit."""
-        return self not in (WriteMode.PUBLISH, WriteMode.COMPACT)
+        """True if appends after an entry of this mode may join its catalog commit.
+
+        Only appends do: a commit that replaces rows is an ``overwrite`` (or ``replace``) snapshot, which
+        stream readers may skip (``streaming-skip-overwrite-snapshots``), and appended rows inside it would
+        be skipped with it (PROTOCOL.md §5.1).
+        """
+        return self is WriteMode.APPEND
 
     @property
-    def merges_keys(self) -> bool:
-        """True for modes whose commits apply upserts (appends and upserts, in WAL order)."""
-        return self in (WriteMode.APPEND, WriteMode.UPSERT)
+    def takes_upserts(self) -> bool:
+        """True if upserts after an entry of this mode may join its catalog commit: only upserts do.
+
+        Appends never join an upsert's commit (nor an upsert an append's): an upsert's commit is an
+        ``overwrite`` snapshot when it deletes rows, and stream readers that skip those would skip the
+        appended rows with it (PROTOCOL.md §5.5).
+        """
+        return self is WriteMode.UPSERT
 
 
 @dataclass(frozen=True)
@@ -142,6 +170,8 @@ class WalEntry:
         untuned: The write ran at Spark's untuned Arrow setting (informational; commit metrics count it).
         partitions: ``DYNAMIC``: the partition set (encoded partition tuples under ``spec_id``), sorted.
         row_filter: ``REPLACE_WHERE``: the row filter (an Iceberg expression, as the user wrote it).
+        filter_ids: ``REPLACE_WHERE``: each column name of the filter -> the field id it bound to when the
+            write was planned (the filter is applied by field id: a rename between put and apply keeps it).
         branch: The branch the entry writes to (``publish``: the branch main is fast-forwarded to);
             None is main.
         properties: Snapshot properties for the commit that applies the entry, as sorted (key, value) pairs.
@@ -164,13 +194,14 @@ class WalEntry:
     files: tuple[Mapping[str, Any], ...] = ()
     opened: int = 0
     expire_before: int | None = None
-    created_ms: int = field(default_factory=lambda: int(time.time() * 1000))
+    created_ms: int = attribute(default_factory=lambda: int(time.time() * 1000))
     rows: int = 0
     spec_id: int | None = None
     reason: str | None = None
     untuned: bool = False
     partitions: tuple[tuple[str | None, ...], ...] = ()
     row_filter: str | None = None
+    filter_ids: tuple[tuple[str, int], ...] = ()
     branch: str | None = None
     properties: tuple[tuple[str, str], ...] = ()
     inputs: tuple[str, ...] = ()
@@ -207,15 +238,21 @@ def _uses_version_3(entry: WalEntry) -> bool:
         or entry.mode not in (WriteMode.APPEND, WriteMode.OVERWRITE)
         or entry.partitions
         or entry.row_filter is not None
+        or entry.filter_ids
         or entry.branch is not None
         or entry.properties
         or entry.inputs
     )
 
 
+def _version_of(entry: WalEntry) -> int:
+    """The lowest format version that holds ``entry``."""
+    return FORMAT_VERSION if _uses_version_4(entry) else _MODES_VERSION if _uses_version_3(entry) else _BASE_VERSION
+
+
 def encode_entry(entry: WalEntry) -> bytes:
-    """Serialize an entry (compact JSON, format-versioned: 2 unless it needs 3)."""
-    version = FORMAT_VERSION if _uses_version_4(entry) else _MODES_VERSION if _uses_version_3(entry) else _BASE_VERSION
+    """Serialize an entry (compact JSON, format-versioned: the lowest of 2, 3, 4 that holds it)."""
+    version = _version_of(entry)
     body: dict[str, Any] = {"v": version, "kind": entry.kind.value, "token": entry.token, "writer": entry.writer}
     optional = {
         "ephemeral": entry.ephemeral or None,
@@ -235,6 +272,7 @@ def encode_entry(entry: WalEntry) -> bytes:
         "untuned": entry.untuned or None,
         "parts": [list(p) for p in entry.partitions] or None,
         "filter": entry.row_filter,
+        "fids": dict(entry.filter_ids) or None,
         "branch": entry.branch,
         "props": dict(entry.properties) or None,
         "inputs": list(entry.inputs) or None,
@@ -247,89 +285,146 @@ def encode_entry(entry: WalEntry) -> bytes:
 
 
 def decode_entry(data: bytes, key: str = "?") -> WalEntry:
-    """Parse an entry; raise CorruptControlDataError naming ``key`` if it is not one."""
+    """Parse and validate an entry; raise CorruptControlDataError naming ``key`` and its seq if it is not one.
+
+    Every field is checked for its JSON type and range, and every entry for the fields its kind and mode
+    need and the ones they never carry (:func:`_check_kind`): a damaged entry that decoded would fail later,
+    inside some committer's commit, without naming the object to move aside. Unknown keys are ignored.
+    """
     try:
         body = loads_versioned(data, (_BASE_VERSION, _MODES_VERSION, FORMAT_VERSION), f"WAL object {key}")
-        upsert = body.get("upsert")
-        mode = WriteMode(body.get("mode", WriteMode.APPEND.value))
-        return WalEntry(
-            kind=EntryKind(body["kind"]),
-            token=str(body["token"]),
-            writer=str(body["writer"]),
-            ephemeral=bool(body.get("ephemeral", False)),
-            epoch=_opt_int(body.get("epoch")),
-            run=body.get("run"),
-            query=body.get("query"),
-            batch=_opt_int(body.get("batch")),
-            strict=bool(body.get("strict", False)),
-            mode=mode,
-            files=_file_tuple(body.get("files")),
-            opened=int(body.get("opened", 0)),
-            expire_before=_opt_int(body.get("expire_before")),
-            created_ms=int(body.get("created_ms", 0)),
-            rows=int(body.get("rows", 0)),
-            spec_id=_opt_int(body.get("spec_id")),
-            reason=None if body.get("reason") is None else str(body["reason"]),
-            untuned=bool(body.get("untuned", False)),
-            partitions=_partition_tuple(body.get("parts")),
-            row_filter=None if body.get("filter") is None else str(body["filter"]),
-            branch=None if body.get("branch") is None else str(body["branch"]),
-            properties=_property_pairs(body.get("props")),
-            inputs=_path_tuple(body.get("inputs")),
-            folded=_path_tuple(body.get("folded"), "folded"),
-            upsert=None if upsert is None else UpsertSpec.decode(upsert),
-            deletes=_file_tuple(body.get("deletes")),
+        entry = WalEntry(
+            kind=EntryKind(field(body, "kind", "an entry kind", is_text, required=True)),
+            token=field(body, "token", "a non-empty owner token", is_text, required=True),
+            writer=field(body, "writer", "a non-empty writer id", is_text, required=True),
+            ephemeral=field(body, "ephemeral", "true or false", is_bool, False),
+            epoch=field(body, "epoch", "a WAL position", is_count),
+            run=field(body, "run", "a run id", is_text),
+            query=field(body, "query", "a query id", is_text),
+            batch=field(body, "batch", "a batch id", is_count),
+            strict=field(body, "strict", "true or false", is_bool, False),
+            mode=WriteMode(field(body, "mode", "a write mode", is_text, WriteMode.APPEND.value)),
+            files=_files(body.get("files")),
+            opened=field(body, "opened", "a WAL position", is_count, 0),
+            expire_before=field(body, "expire_before", "a WAL position", is_count),
+            created_ms=field(body, "created_ms", "a time in ms", is_count, 0),
+            rows=field(body, "rows", "a row count", is_count, 0),
+            spec_id=field(body, "spec_id", "a partition spec id", is_count),
+            reason=field(body, "reason", "a reason", is_str),
+            untuned=field(body, "untuned", "true or false", is_bool, False),
+            partitions=partition_lists(body, "parts"),
+            row_filter=field(body, "filter", "a row filter", is_text),
+            filter_ids=name_ids(body, "fids"),
+            branch=field(body, "branch", "a branch name", is_text),
+            properties=str_pairs(body, "props"),
+            inputs=text_list(body, "inputs"),
+            folded=text_list(body, "folded"),
+            upsert=None if body.get("upsert") is None else UpsertSpec.decode(body["upsert"]),
+            deletes=_key_refs(body.get("deletes")),
         )
+        _check_kind(entry)
+        if body["v"] < _version_of(entry):  # no fencedlake writes it: a reader of that version would misapply it
+            raise ValueError(
+                f"field 'v': a version-{body['v']} entry cannot carry what version {_version_of(entry)} adds"
+            )
+        return entry
     except MALFORMED as e:
         seq = seq_of(key)
         raise CorruptControlDataError(
-            f"WAL object {key} is not a valid fencedlake entry ({e}); every commit on the table waits behind it. "
-            f"Move the object out of the WAL (keep it for inspection), then run "
+            f"WAL object {key} (seq {'?' if seq is None else seq}) is not a valid fencedlake entry ({e}); every "
+            "commit on the table waits behind it. Move the object out of the WAL (keep it for inspection), then run "
             f"`fencedlake skip TABLE {'SEQ' if seq is None else seq} --reason '...'` to record the position as "
             "skipped; its writer, if alive, puts its entry again"
         ) from e
 
 
-def _opt_int(value: Any) -> int | None:
-    return None if value is None else int(value)
+#: Fields only some entries carry: (field, attribute, the kinds and modes that may carry it).
+_ONLY_ON: tuple[tuple[str, str, frozenset[EntryKind | WriteMode]], ...] = (
+    ("files", "files", frozenset({EntryKind.DATA})),
+    ("batch", "batch", frozenset({EntryKind.DATA})),
+    ("epoch", "epoch", frozenset({EntryKind.DATA})),
+    ("ephemeral", "ephemeral", frozenset({EntryKind.DATA})),
+    ("opened", "opened", frozenset({EntryKind.DATA})),
+    ("spec_id", "spec_id", frozenset({EntryKind.DATA})),
+    ("props", "properties", frozenset({EntryKind.DATA})),
+    ("branch", "branch", frozenset({EntryKind.DATA, EntryKind.PUBLISH})),
+    ("expire_before", "expire_before", frozenset({EntryKind.EXPIRE})),
+    ("reason", "reason", frozenset({EntryKind.SKIP})),
+    ("parts", "partitions", frozenset({WriteMode.DYNAMIC})),
+    ("filter", "row_filter", frozenset({WriteMode.REPLACE_WHERE})),
+    ("fids", "filter_ids", frozenset({WriteMode.REPLACE_WHERE})),
+    ("inputs", "inputs", frozenset({WriteMode.COMPACT})),
+    ("folded", "folded", frozenset({WriteMode.COMPACT})),
+    ("upsert", "upsert", frozenset({WriteMode.UPSERT})),
+    ("deletes", "deletes", frozenset({WriteMode.UPSERT})),
+)
 
 
-def _file_tuple(value: Any) -> tuple[Mapping[str, Any], ...]:
-    """The ``files`` field: a JSON list of objects (encoded DataFiles), or absent; anything else is corrupt."""
+#: Fields an entry of a kind (or a data entry of a mode) cannot do without: (field, attribute).
+_NEEDED: dict[EntryKind | WriteMode, tuple[str, str]] = {
+    EntryKind.PUBLISH: ("branch", "branch"),
+    EntryKind.EXPIRE: ("expire_before", "expire_before"),
+    WriteMode.REPLACE_WHERE: ("filter", "row_filter"),
+    WriteMode.COMPACT: ("inputs", "inputs"),
+    WriteMode.UPSERT: ("upsert", "upsert"),
+}
+
+
+def _check_kind(entry: WalEntry) -> None:
+    """Raise ValueError if ``entry`` lacks a field its kind or mode needs, or carries one they never do."""
+    kind, mode = entry.kind, entry.mode
+    if kind is EntryKind.DATA:
+        modes = set(WriteMode) - {WriteMode.PUBLISH}
+    else:
+        modes = {WriteMode.PUBLISH} if kind is EntryKind.PUBLISH else {WriteMode.APPEND}
+    if mode not in modes:
+        raise ValueError(f"field 'mode': a {kind.value} entry cannot have mode {mode.value!r}")
+    owners_of_entry: set[EntryKind | WriteMode] = {kind, mode} if kind is EntryKind.DATA else {kind}
+    for name, attr, owners in _ONLY_ON:
+        if getattr(entry, attr) not in (None, (), False, 0) and not owners & owners_of_entry:
+            raise ValueError(f"field {name!r} is not part of a {kind.value} entry with mode {mode.value!r}")
+    for owner in owners_of_entry:
+        need = _NEEDED.get(owner)
+        if need is not None and getattr(entry, need[1]) in (None, ()):
+            raise ValueError(f"field {need[0]!r} is missing: a {kind.value} entry with mode {mode.value!r} needs it")
+    if entry.strict and kind is EntryKind.DATA and entry.batch is None:
+        raise ValueError("field 'batch' is missing: a streaming (strict) data entry needs its batch id")
+    if mode is WriteMode.DYNAMIC and partitions_of(entry.files) != entry.partitions:
+        raise ValueError("field 'parts' is not the set of partitions of the entry's files")
+
+
+def _files(value: Any) -> tuple[Mapping[str, Any], ...]:
+    """The ``files`` field: encoded DataFiles whose keys the protocol reads are valid (path, spec, partition)."""
     if value is None:
         return ()
     if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
         raise ValueError(f"'files' must be a list of encoded data files, found {json.dumps(value)[:80]}")
+    for i, f in enumerate(value):
+        field(f, FILE_PATH_KEY, "a data file path", is_text, required=True, where=f"files[{i}]")
+        field(f, FILE_SPEC_KEY, "a partition spec id", is_count, required=True, where=f"files[{i}]")
+        field(f, FILE_PARTITION_KEY, "a list of encoded partition values", is_partition, where=f"files[{i}]")
     return tuple(value)
 
 
-def _partition_tuple(value: Any) -> tuple[tuple[str | None, ...], ...]:
-    """The ``parts`` field: a JSON list of lists of encoded partition values (strings or null), or absent."""
-    if value is None:
-        return ()
-    if not isinstance(value, list) or not all(
-        isinstance(p, list) and all(v is None or isinstance(v, str) for v in p) for p in value
-    ):
-        raise ValueError(f"'parts' must be a list of encoded partition tuples, found {json.dumps(value)[:80]}")
-    return tuple(tuple(p) for p in value)
+def _bounds(value: Any) -> bool:
+    """Key bounds of a delete-key file: an object of field ids (decimal strings) to base64 strings."""
+    return isinstance(value, dict) and all(k.isdigit() and is_text(v) for k, v in value.items())
 
 
-def _path_tuple(value: Any, name: str = "inputs") -> tuple[str, ...]:
-    """The ``inputs`` (or ``folded``) field: a JSON list of file paths, or absent."""
+def _key_refs(value: Any) -> tuple[Mapping[str, Any], ...]:
+    """The ``deletes`` field: references to an upsert's delete-key files (``iceberg.codec.key_files.describe``)."""
     if value is None:
         return ()
-    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise ValueError(f"'{name}' must be a list of file paths, found {json.dumps(value)[:80]}")
+    if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
+        raise ValueError(f"'deletes' must be a list of delete-key file references, found {json.dumps(value)[:80]}")
+    for i, f in enumerate(value):
+        where = f"deletes[{i}]"
+        field(f, FILE_PATH_KEY, "a delete-key file path", is_text, required=True, where=where)
+        field(f, "n", "a row count", is_count, where=where)
+        field(f, "z", "a size in bytes", is_count, where=where)
+        field(f, "lb", "an object of field ids to key bounds", _bounds, where=where)
+        field(f, "ub", "an object of field ids to key bounds", _bounds, where=where)
     return tuple(value)
-
-
-def _property_pairs(value: Any) -> tuple[tuple[str, str], ...]:
-    """The ``props`` field: a JSON object of strings, or absent."""
-    if value is None:
-        return ()
-    if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
-        raise ValueError(f"'props' must be an object of strings, found {json.dumps(value)[:80]}")
-    return tuple(sorted(value.items()))
 
 
 def encoded_path(encoded: Mapping[str, Any]) -> str:

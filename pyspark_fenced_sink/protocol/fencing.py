@@ -91,13 +91,19 @@ def put_barrier(ctx: CommitContext, entry: WalEntry, start: int) -> int:
     upper is pending and will be reconciled; a seq below it is ours only if
     its commit record holds our token (a lost response whose put a peer
     reconciled) — otherwise the barrier is appended again. Data entries need no
-    such check: the commit loop does it (PROTOCOL.md §6).
+    such check: the commit loop does it (PROTOCOL.md §6). A position that said
+    "exists" and was gone when read, at or above the upper, was moved aside by an
+    operator (``gc`` deletes only below it): never reconciled, never ours, so the
+    barrier is put there again.
     """
     while True:
-        seq, _ = ctx.wal.append_claim(entry, start)
+        seq, vanished = ctx.wal.append_claim(entry, start)
         view = ctx.load()
         if seq >= view.state.upper:
-            return seq
+            if not vanished:
+                return seq
+            start = seq
+            continue
         if recorded_token(ctx, view, seq) == entry.token[:TOKEN_CHARS]:
             return seq
         start = view.state.upper

@@ -12,7 +12,7 @@ stands for an unknown field. The nonce makes the name unique across tasks,
 attempts and writers. (Names without a table tag, kinds ``w``/``a``, come from
 earlier pre-releases and are never collected.)
 
-Files a *commit* writes while it applies upserts (PROTOCOL.md §5.4) are named
+Files a *commit* writes while it applies upserts (PROTOCOL.md §5.5) are named
 from an :class:`ApplyTag` instead::
 
     {kind}-{table}-{upper:020d}-{nonce}.parquet

@@ -10,7 +10,7 @@ identity, not to its location or name (PROTOCOL.md §1.1). Under the root:
 * ``checkpoints/{upper:020d}.json`` — committed states ``gc`` kept before
   truncating the WAL (``fencedlake repair-state`` starts from them);
 * ``keys/<file name>`` — upserts' delete-key files (executors) and merged
-  tombstone files (commits), fencedlake-private Parquet (PROTOCOL.md §5.4).
+  tombstone files (commits), fencedlake-private Parquet (PROTOCOL.md §5.5).
 
 Nothing else formats or parses a control key.
 """

@@ -50,6 +50,7 @@ def data_entry(
     spec_id: int | None = None,
     untuned: bool = False,
     row_filter: str | None = None,
+    filter_ids: Sequence[tuple[str, int]] = (),
     branch: str | None = None,
     properties: Mapping[str, str] | None = None,
     inputs: Sequence[str] = (),
@@ -60,9 +61,11 @@ def data_entry(
     """The data entry of a write by ``identity``.
 
     A ``DYNAMIC`` entry's partition set is the set of partitions its files were
-    written to (an empty write replaces nothing). A ``COMPACT`` entry's ``inputs`` are the
-    paths of the files its files replace, ``folded`` the delete files it folds. An ``UPSERT``
-    entry carries its key columns (``upsert``) and its delete-key files (``deletes``).
+    written to (an empty write replaces nothing). A ``REPLACE_WHERE`` entry's ``filter_ids`` are
+    its filter's columns with the field ids they bound to at planning. A ``COMPACT`` entry's
+    ``inputs`` are the paths of the files its files replace, ``folded`` the delete files it
+    folds. An ``UPSERT`` entry carries its key columns (``upsert``) and its delete-key files
+    (``deletes``).
     """
     mode = WriteMode(mode)
     return WalEntry(
@@ -75,6 +78,7 @@ def data_entry(
         files=tuple(files),
         partitions=partitions_of(files) if mode is WriteMode.DYNAMIC else (),
         row_filter=row_filter,
+        filter_ids=tuple(sorted(filter_ids)),
         branch=branch,
         properties=tuple(sorted((properties or {}).items())),
         inputs=tuple(sorted(inputs)),

@@ -7,10 +7,10 @@ before they are reported, §6). Positions below the upper are never applied agai
 the one at it is applied, those above wait (:func:`position`); batch ids are
 judged exactly (``protocol.batches``); :func:`transition` is the one place a
 decision changes the state (``repair-state`` replays it), :func:`remembered` the one
-place an upsert changes the remembered deletes (§5.4). A commit is one append, an
-atomic replace followed by the appends after it, or a run of appends and upserts
-(its mode is then ``UPSERT``: the catalog side applies them in WAL order), on one
-branch. No I/O: the model test runs it through thousands of interleavings.
+place an upsert changes the remembered deletes (§5.5). A commit is a run of
+appends, a run of upserts (the catalog side applies them in WAL order), or one
+entry that replaces rows, alone, on one branch. No I/O: the model test runs it
+through thousands of interleavings.
 """
 
 from __future__ import annotations
@@ -105,9 +105,8 @@ class ReconcilePlan:
         state: The state after the commit (upper past every decided position).
         decisions: One per reconciled position, from ``base.upper`` on.
         apply: Positions whose files the commit adds.
-        mode: The mode of the commit's first applied entry (``APPEND`` if none applies), or
-            ``UPSERT`` when upserts joined appends; apart from upserts, at most one entry per plan
-            replaces rows, always the first applied.
+        mode: The mode of the commit's first applied entry (``APPEND`` if none applies): every
+            applied entry has it (appends, or upserts), or the one applied entry replaces rows.
         stop: Why the plan ends: ``tail`` (no next entry), ``gap`` (a position is missing
             while later ones exist), ``next-commit`` (the next applied entry cannot join this
             commit: it replaces rows, writes to another branch or carries other snapshot
@@ -235,7 +234,7 @@ def transition(
 def remembered(
     tombstones: tuple[Mapping[str, Any], ...], entry: WalEntry, outcome: Outcome
 ) -> tuple[Mapping[str, Any], ...]:
-    """The committed tombstone list after ``entry`` was decided ``outcome`` (PROTOCOL.md §5.4).
+    """The committed tombstone list after ``entry`` was decided ``outcome`` (PROTOCOL.md §5.5).
 
     Like :func:`transition`, the one place a decision changes it; ``fencedlake repair-state`` replays it.
     """
@@ -252,7 +251,7 @@ def _joins(head: WalEntry, entry: WalEntry) -> bool:
         return False
     if entry.mode is WriteMode.APPEND:
         return head.mode.takes_appends
-    return entry.mode is WriteMode.UPSERT and head.mode.merges_keys
+    return entry.mode is WriteMode.UPSERT and head.mode.takes_upserts
 
 
 def reconcile(
@@ -306,6 +305,6 @@ def reconcile(
     new_state = replace(state, upper=seq, writers=writers, expired_before=expired_before, tombstones=tombstones)
     if head is None:
         return ReconcilePlan(state, new_state, tuple(decisions), (), WriteMode.APPEND, stop)
-    upserts = any(entries[s].mode is WriteMode.UPSERT for s in apply)
-    mode = WriteMode.UPSERT if upserts else head.mode
-    return ReconcilePlan(state, new_state, tuple(decisions), tuple(apply), mode, stop, head.target, head.properties)
+    return ReconcilePlan(
+        state, new_state, tuple(decisions), tuple(apply), head.mode, stop, head.target, head.properties
+    )

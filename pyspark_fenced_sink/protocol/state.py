@@ -4,7 +4,7 @@ The committed state — the table UUID it belongs to and the control root its
 WAL lives under (PROTOCOL.md §1.1, identity), the upper (every WAL position
 below it has been reconciled), each stable writer's epoch, run, query and
 exact set of applied batch ids, the ``gc`` expiry mark, and the remembered
-deletes of ordered upserts (the tombstone files, PROTOCOL.md §5.4) — is one JSON
+deletes of ordered upserts (the tombstone files, PROTOCOL.md §5.5) — is one JSON
 table property, ``fencedlake.state``, written in the same catalog commit as
 the data it describes. Table properties are part of the table metadata, not
 of a snapshot: they survive snapshot expiry and commits by other engines

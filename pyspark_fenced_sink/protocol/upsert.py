@@ -1,4 +1,4 @@
-"""Upserts and deletes by key: the apply-time decision and the remembered deletes (PROTOCOL.md §5.4; pure, driver).
+"""Upserts and deletes by key: the apply-time decision and the remembered deletes (PROTOCOL.md §5.5; pure, driver).
 
 An ``upsert`` entry carries rows (its data files) and delete rows (its
 *delete-key files*: the key and order columns of the rows that matched
@@ -41,6 +41,9 @@ from enum import IntEnum
 from typing import Any
 
 import numpy as np
+
+from pyspark_fenced_sink.protocol.codec import field as checked
+from pyspark_fenced_sink.protocol.codec import is_count, is_text
 
 __all__ = [
     "TOMBSTONE_FILES_MAX",
@@ -112,18 +115,30 @@ class UpsertSpec:
         return body
 
     @classmethod
-    def decode(cls, body: Mapping[str, Any]) -> UpsertSpec:
-        """Parse :meth:`encode`'s form (ValueError/TypeError/KeyError if malformed)."""
-        keys = tuple((int(i), str(n)) for i, n in body["k"])
-        if not keys:
-            raise ValueError("an upsert names no key column")
-        order = body.get("o")
-        where = body.get("dw")
-        return cls(
-            keys=keys,
-            order=None if order is None else (int(order[0]), str(order[1])),
-            delete_where=None if where is None else str(where),
+    def decode(cls, body: Any) -> UpsertSpec:
+        """Parse :meth:`encode`'s form, validating every field (ValueError naming the field if malformed)."""
+        if not isinstance(body, dict):
+            raise ValueError(f"field 'upsert': expected an object, found {type(body).__name__}")
+        keys = checked(
+            body, "k", "a non-empty list of [field id, name] pairs", _key_list, required=True, where="upsert"
         )
+        order = checked(body, "o", "a [field id, name] pair", _key_pair, where="upsert")
+        where = checked(body, "dw", "a row filter", is_text, where="upsert")
+        return cls(
+            keys=tuple((i, n) for i, n in keys),
+            order=None if order is None else (order[0], order[1]),
+            delete_where=where,
+        )
+
+
+def _key_pair(value: Any) -> bool:
+    """A JSON [field id, name] pair."""
+    return isinstance(value, list) and len(value) == 2 and is_count(value[0]) and is_text(value[1])
+
+
+def _key_list(value: Any) -> bool:
+    """A non-empty JSON list of [field id, name] pairs."""
+    return isinstance(value, list) and bool(value) and all(map(_key_pair, value))
 
 
 @dataclass

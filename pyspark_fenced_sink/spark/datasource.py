@@ -54,7 +54,7 @@ class FencedLakeDataSource(DataSource):
     upserts: every reader sees at most one row per key — with ``upsert-order`` the one
     with the greatest order value among every applied write's rows, absent if that row
     matches ``upsert-delete-where`` — whichever writer commits first; rows that lose are
-    deleted with Iceberg position deletes (docs/PROTOCOL.md §5.4).
+    deleted with Iceberg position deletes (docs/PROTOCOL.md §5.5).
 
     Semantics: every write puts one entry into the table's write-ahead log under
     ``<table location>/_fencedlake/`` with put-if-absent, and any committer applies

@@ -65,6 +65,7 @@ from pyspark_fenced_sink.masking import redact
 from pyspark_fenced_sink.protocol.filetag import FileTag
 from pyspark_fenced_sink.protocol.upsert import UpsertSpec
 from pyspark_fenced_sink.write.arrowcast import conform_batch
+from pyspark_fenced_sink.write.nan_counts import count_nans, nan_columns
 from pyspark_fenced_sink.write.upsert import DeleteRows
 
 __all__ = ["BUFFER_BYTES_DEFAULT", "TaskInfo", "WriteResult", "WriteSpec", "task_info_from_spark", "write_task"]
@@ -174,6 +175,7 @@ class _Layout:
     stats_plan: dict[int, StatisticsCollector]
     id_mapping: dict[str, int]
     parquet_kwargs: dict[str, Any]
+    nan_columns: tuple[tuple[int, Callable[[pa.Table], pa.ChunkedArray]], ...]
     row_group_rows: int
     row_group_bytes: int
     target_file_bytes: int
@@ -210,6 +212,7 @@ def _layout(schema_json: str, spec_json: str, props: tuple[tuple[str, str], ...]
         stats_plan=compute_statistics_plan(schema, properties),
         id_mapping=parquet_path_to_id_mapping(schema),
         parquet_kwargs=parquet_kwargs(properties),
+        nan_columns=nan_columns(schema, compute_statistics_plan(schema, properties)),
         row_group_rows=size_property(properties, tp.PARQUET_ROW_GROUP_LIMIT, tp.PARQUET_ROW_GROUP_LIMIT_DEFAULT),
         row_group_bytes=size_property(
             properties, tp.PARQUET_ROW_GROUP_SIZE_BYTES, tp.PARQUET_ROW_GROUP_SIZE_BYTES_DEFAULT
@@ -286,6 +289,7 @@ class _Partition:
         self.writer: pq.ParquetWriter | None = None
         self.stream: Any = None
         self.path = ""
+        self.nans: dict[int, int] = {}  # NaN count per float column of the open file
 
 
 class _TaskWriter:
@@ -373,6 +377,8 @@ class _TaskWriter:
         group = table.slice(0, rows)
         writer = part.writer if part.writer is not None else self._open(part, group)
         writer.write_table(group, row_group_size=rows)
+        for field_id, values in self.layout.nan_columns:
+            part.nans[field_id] = part.nans.get(field_id, 0) + count_nans(values(group))
         part.pending = table.slice(rows).to_batches() if rows < table.num_rows else []
         nbytes = sum(b.nbytes for b in part.pending)
         self.buffered -= part.nbytes - nbytes
@@ -408,6 +414,9 @@ class _TaskWriter:
             stats_columns=layout.stats_plan,
             parquet_column_mapping=layout.id_mapping,
         )
+        # The footer has no NaN counts; they come from the rows written (absent would read as "unknown").
+        stats.nan_value_counts.update(part.nans)
+        part.nans = {}
         # Fields not given (sort order, equality ids, key metadata) take their initial default, None.
         where = {"file_path": part.path, "partition": part.record, "file_size_in_bytes": size}
         data_file = DataFile.from_args(

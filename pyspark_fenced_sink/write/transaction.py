@@ -67,7 +67,7 @@ class Written:
         untuned: Some task ran with Spark's per-row Arrow batch size check on (recorded in the entry).
         run: The streaming run id the tasks reported, if any.
         query: The streaming query id the tasks reported, if any.
-        deletes: An upsert's delete-key files (``write.upsert``; PROTOCOL.md §5.4).
+        deletes: An upsert's delete-key files (``write.upsert``; PROTOCOL.md §5.5).
     """
 
     files: tuple[Mapping[str, Any], ...] = ()
@@ -95,7 +95,7 @@ class WriteTransaction:
             their first commit (PROTOCOL.md §7).
         inputs: A compaction's input files (the files its output replaces).
         folded: The position delete files a compaction folds into its output (PROTOCOL.md §5.2).
-        upsert: An upsert's key and order columns (``iceberg.commit.upsert_plan``; PROTOCOL.md §5.4).
+        upsert: An upsert's key and order columns (``iceberg.commit.upsert_plan``; PROTOCOL.md §5.5).
     """
 
     opts: SinkOptions
@@ -244,6 +244,7 @@ class WriteTransaction:
             spec_id=self.spec.spec_id,
             untuned=written.untuned,
             row_filter=opts.replace_where,
+            filter_ids=self._filter_ids(),
             branch=opts.branch,
             properties=opts.snapshot_properties,
             inputs=self.inputs,
@@ -257,6 +258,13 @@ class WriteTransaction:
             "fencedlake: %s %s rows=%d files=%d", opts.table, result.summary(), written.rows, len(written.files)
         )
         return result
+
+    def _filter_ids(self) -> tuple[tuple[str, int], ...]:
+        """A replace-where's columns with the field ids they bound to in the schema the tasks wrote (§5.4)."""
+        from pyspark_fenced_sink.iceberg.codec.row_filter import filter_field_ids
+
+        text = self.opts.replace_where
+        return filter_field_ids(text, self.spec.schema_json) if text is not None else ()
 
     def abort(self, written: Written, *, batch_id: int | None = None) -> None:
         """Remove the tasks' files unless :meth:`commit` may have put a WAL entry naming them."""

@@ -1,4 +1,4 @@
-"""An upsert task's rows: data rows on, delete rows to a delete-key file (PROTOCOL.md §5.4, "Executors").
+"""An upsert task's rows: data rows on, delete rows to a delete-key file (PROTOCOL.md §5.5, "Executors").
 
 :class:`DeleteRows` splits each Arrow batch of an upsert (already cast to the
 table's schema) by ``upsert-delete-where``: rows the filter holds for are delete

@@ -1,8 +1,8 @@
-"""Upserts through the real catalog commit (PROTOCOL.md §5.4; SQLite catalog, pyiceberg, DuckDB).
+"""Upserts through the real catalog commit (PROTOCOL.md §5.5; SQLite catalog, pyiceberg, DuckDB).
 
 Each rule of the semantics table on a real table, read back by pyiceberg and by
-DuckDB's iceberg reader; upserts and appends grouped into one commit in WAL
-order; pruning by partition and by key bounds (the commit's files-read count);
+DuckDB's iceberg reader; upserts grouped into one commit in WAL order (an
+append between them commits apart); pruning by partition and by key bounds (the commit's files-read count);
 the refusals that keep a table from ever being stuck; remembered deletes, their
 merging and retention.
 """
@@ -127,7 +127,7 @@ def in_wal_order(wh: str, *entries: WalEntry) -> list[str]:
     ids=["newer-wins", "older-loses", "tie-later-wal", "delete-remembered", "older-delete-loses", "no-order", "del"],
 )
 def test_the_semantics_table(wh: str, first: Row, second: Row, options: dict[str, str], expected: list[Any]) -> None:
-    """Each row of PROTOCOL.md §5.4's table: two upserts of one key, U1 first in the WAL."""
+    """Each row of PROTOCOL.md §5.5's table: two upserts of one key, U1 first in the WAL."""
     upsert(wh, [(0, 0, "other", "U"), first], options)
     upsert(wh, [second], options)
     assert visible(wh) == [(0, 0, "other"), *expected]
@@ -199,18 +199,23 @@ def test_composite_keys_match_on_every_column(wh: str) -> None:
 # ---------------------------------------------------------------------------------------------- the commit
 
 
-def test_upserts_and_appends_commit_together_in_wal_order(wh: str) -> None:
-    """One commit applies an append and two upserts in WAL order: each sees the rows before it."""
+def test_upserts_share_a_commit_in_wal_order_and_an_append_commits_apart(wh: str) -> None:
+    """Upserts join one commit, applied in WAL order (each sees the rows and deletes before it); an append
+    between them commits alone, as an ``append`` snapshot, so a stream reader that skips the upserts'
+    ``overwrite`` snapshots still reads its rows (PROTOCOL.md §5, §5.5)."""
     upsert(wh, [(1, 1, "a", "U")])
     first = prepared(wh, [(1, 5, "u1", "U"), (2, 5, "u1", "U")])
     p = plan(wh, TABLE, {}, schema=KEYED)
     assert p.identity is not None
     append = data_entry(p.identity, [f for m in write_tasks(p, frame([(3, 0, "app", "U")]), 1) for f in m.files])
     second = prepared(wh, [(2, 6, None, "D"), (3, 1, "u2", "U")])
-    assert in_wal_order(wh, first, append, second) == ["A", "A", "A"]
-    assert visible(wh) == [(1, 5, "u1"), (3, 1, "u2")]
-    record = table(wh).current_snapshot().summary.additional_properties
-    assert record["fencedlake.seqs"].count("-") == 1 and record["fencedlake.outcomes"].count(":A") == 3
+    third = prepared(wh, [(4, 1, "u3", "U"), (1, 2, "old", "U")])
+    assert in_wal_order(wh, first, append, second, third) == ["A", "A", "A", "A"]
+    assert visible(wh) == [(1, 5, "u1"), (3, 1, "u2"), (4, 1, "u3")]
+    snapshots = table(wh).snapshots()[-3:]
+    records = [s.summary.additional_properties for s in snapshots]
+    assert [r["fencedlake.outcomes"].count(":A") for r in records] == [1, 1, 2]
+    assert [s.summary.operation.value for s in snapshots] == ["overwrite", "append", "overwrite"]
 
 
 def test_the_snapshot_adds_file_scoped_position_deletes(wh: str) -> None:
@@ -406,6 +411,24 @@ def test_an_upsert_deleting_rows_of_a_compaction_input_refuses_the_compaction(wh
     result = _compact(wh, lambda: upsert(wh, [(3, 2, "new", "U")]))
     assert result.outcome == "refused" and "delete file" in result.detail
     assert (3, 2, "new") in visible(wh) and len(visible(wh)) == 20
+
+
+def test_main_rolled_back_under_a_compaction_that_folded_deletes_refuses_it(wh: str) -> None:
+    """Another engine rolls main back to before the upsert whose deletes the compaction folded: those rows are
+    live again, and the compaction (its rewrite has them deleted) is REFUSED, never applied over them."""
+    for lo in (0, 10):
+        upsert(wh, [(lo + i, 1, "x", "U") for i in range(10)])
+    before_deletes = table(wh).current_snapshot().snapshot_id
+    upsert(wh, [(1, 2, None, "D"), (11, 2, None, "D")])
+    assert len(visible(wh)) == 18
+
+    def rollback() -> None:
+        t = table(wh)
+        t.manage_snapshots().set_current_snapshot(before_deletes).commit()
+
+    result = _compact(wh, rollback)
+    assert result.outcome == "refused" and "no longer applies" in result.detail
+    assert len(visible(wh)) == 20  # the rolled-back rows are live, as the other engine left them
 
 
 # ---------------------------------------------------------------------------------------------- stream readers

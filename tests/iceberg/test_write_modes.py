@@ -15,6 +15,7 @@ from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from pyspark_fenced_sink.errors import WriteRejectedError
 from pyspark_fenced_sink.iceberg.catalogs import embedded_catalog
+from pyspark_fenced_sink.iceberg.codec.row_filter import filter_field_ids
 from pyspark_fenced_sink.protocol.commit import recover
 from pyspark_fenced_sink.protocol.entry import WalEntry, WriteMode
 from pyspark_fenced_sink.protocol.outcome import data_entry
@@ -58,6 +59,7 @@ def prepared(wh: str, data: pa.Table, *, overwrite: bool = False, **options: str
         mode=p.mode,
         spec_id=p.spec.spec_id,
         row_filter=o.replace_where,
+        filter_ids=filter_field_ids(o.replace_where, p.spec.schema_json) if o.replace_where else (),
         branch=o.branch,
         properties=o.snapshot_properties,
     )

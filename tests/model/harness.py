@@ -11,7 +11,9 @@ anonymous writes and removes orphan files, a helper that runs ``recover``,
 and "another tool" performing ordinary catalog operations: drop and
 re-create, rename and re-create, purge, removing or editing the state
 property, changing and reverting the partition spec, losing a control
-object — each followed by the operator's way out where one is needed), random
+object — each followed by the operator's way out where one is needed; other
+engines' writes, rollbacks, ref moves and renames and stream readers come from
+``tests/model/foreign.py``), random
 faults (crashes at any request, ambiguous puts, unknown catalog commit
 outcomes, slow processes with stale views), a seeded interleaving, then a
 final repair/recover per table and the invariants I1-I9 (``check``), among
@@ -29,6 +31,7 @@ a compaction's output those of its inputs (``keys``; :func:`keys_of`).
 from __future__ import annotations
 
 import itertools
+import json
 import random
 import uuid
 from collections import Counter
@@ -40,13 +43,14 @@ from pyspark_fenced_sink.errors import (
     CommitOutcomeUnknownError,
     CorruptControlDataError,
     FencedWriterError,
+    InvalidOptionsError,
     SkipRefused,
     TableChangedError,
     TableStateError,
     WriteRejectedError,
 )
 from pyspark_fenced_sink.ops.gc import collectable, expire_writes, truncate_wal
-from pyspark_fenced_sink.protocol.commit import recover
+from pyspark_fenced_sink.protocol.commit import recorded_token, recover
 from pyspark_fenced_sink.protocol.context import CommitContext
 from pyspark_fenced_sink.protocol.entry import (
     MAIN_BRANCH,
@@ -72,6 +76,9 @@ from . import upsert_oracle, upserts
 from .memory_port import NAME, MemoryCatalog, MemoryTable, MemoryTablePort
 from .oracle import replay
 from .sched import Scheduler
+
+#: The key prefix of rows another engine wrote (no WAL entry carries them; ``tests/model/foreign.py``).
+OTHER = "other-engine:"
 
 #: What a write may legitimately end with besides success (recorded on the Write, checked by ``check``).
 WRITE_ERRORS = (
@@ -145,6 +152,13 @@ class Env:
     #: a schedule without them (``features`` False) interleaves exactly as before they existed.
     feat: random.Random = field(default_factory=random.Random)
     features: bool = True
+    #: Whether a schedule gets upsert writers (``upserts.spawn``): a stream of its own, so a schedule without
+    #: them draws from ``feat`` exactly as before upserts existed.
+    upsert_draw: random.Random = field(default_factory=random.Random)
+    #: Model files may hold NaN rows in ``v`` (a double in the in-memory catalog; the SQLite backend's is a long).
+    nan_rows: bool = True
+    #: State of the processes ``tests/model/foreign.py`` adds (stream readers), by name.
+    extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not self.catalog.created:
@@ -214,6 +228,20 @@ class Env:
             ctx.check(raw)
         return ctx
 
+    def filter_ids(self, row_filter: str | None) -> tuple[tuple[str, int], ...]:
+        """A model filter's column bound to its field id in the table's columns now (planning).
+
+        Raises:
+            InvalidOptionsError: the column does not exist now (another engine renamed it).
+        """
+        if row_filter is None:
+            return ()
+        name = row_filter.split()[0]
+        ids = {n: i for i, n in self.table.columns.items()}
+        if name not in ids:
+            raise InvalidOptionsError(f"option replace-where={row_filter!r}: the table has no column {name!r}")
+        return ((name, ids[name]),)
+
     def write_files(self, tag: FileTag, key: str, count: int, row_filter: str | None = None) -> list[dict[str, Any]]:
         """Executors write ``count`` files for logical row set ``key`` (rows satisfying ``row_filter``)."""
         files = []
@@ -225,6 +253,8 @@ class Env:
                 part, lo = (int(value), lo) if column == "part" else (part, max(lo, int(value)))
             hi = min(9, lo + self.feat.randint(0, 2))
             encoded = self.encode_file(name.file_name(), f"{key}#{i}", part, lo, hi)
+            if self.nan_rows and self.features and row_filter is None and self.feat.random() < 0.15:
+                encoded["nan"] = True  # rows with NaN in v: fencedlake's files count them (statistics "full")
             self.disk[str(encoded["p"])] = FileTag.parse(name.file_name()) or tag
             files.append(encoded)
         return files
@@ -302,6 +332,11 @@ def anon_write(env: Env, name: str, target: Target) -> None:
     if opened is None:
         return
     ctx, view, ident = opened
+    try:
+        filter_ids = env.filter_ids(target.row_filter)  # planning binds the filter to the table's columns
+    except InvalidOptionsError as e:
+        write.error = e
+        return
     tag = _tag(ctx, ident.writer, True, None, ident.opened, None)
     files = env.write_files(tag, write.key, env.rng.randint(0, 2), target.row_filter)
     entry = data_entry(
@@ -310,6 +345,7 @@ def anon_write(env: Env, name: str, target: Target) -> None:
         mode=target.mode,
         spec_id=view.spec_id,
         row_filter=target.row_filter,
+        filter_ids=filter_ids,
         branch=target.branch,
         properties=dict(target.properties),
     )
@@ -321,8 +357,11 @@ def keys_of(f: Mapping[str, Any]) -> list[str]:
     return [str(k) for k in f["keys"]] if "keys" in f else [str(f["key"])]
 
 
-def compact_process(env: Env, name: str, delay: float) -> None:
-    """``fencedlake compact``: read main's live files, rewrite 1-3 of one partition into one, put a compact entry."""
+def compact_process(env: Env, name: str, delay: float, *, wait_for_deletes: bool = False) -> None:
+    """``fencedlake compact``: read main's live files, rewrite 1-3 of one partition into one, put a compact entry.
+
+    ``wait_for_deletes``: wait (longer) for main to have position delete files too (upserts'), to fold them.
+    """
     env.sched.sleep(delay)
     write = Write(name, f"compact:{name}")
     opened = _open(env, write, None)
@@ -331,7 +370,7 @@ def compact_process(env: Env, name: str, delay: float) -> None:
     ctx, view, ident = opened
     parts: list[int] = []
     live: list[Mapping[str, Any]] = []
-    for _ in range(4):  # wait (a little) for main to have a file
+    for _ in range(40 if wait_for_deletes else 4):  # wait (a little) for main to have a file
         table = env.catalog.tables.get(NAME)
         if table is None or table.uuid != view.table_uuid:
             return
@@ -339,7 +378,7 @@ def compact_process(env: Env, name: str, delay: float) -> None:
             live = list(table.files)
             deletes = dict(table.deletes.get(MAIN_BRANCH, {}))
         parts = sorted({int(f["part"]) for f in live})
-        if parts:
+        if parts and (deletes or not wait_for_deletes):
             break
         env.sched.sleep(0.3)
     env.sched.checkpoint()
@@ -356,6 +395,7 @@ def compact_process(env: Env, name: str, delay: float) -> None:
         **env.encode_file(out_name, f"{write.key}#0", part, lo, hi),
         "keys": sorted(k for f in inputs for k in keys_of(f)),
         **({"rows": rows} if rows else {}),
+        "nan": any(f.get("nan") for f in inputs),
     }
     env.disk[str(out["p"])] = FileTag.parse(out_name) or tag
     paths = [encoded_path(f) for f in inputs]
@@ -516,12 +556,21 @@ def _repair(env: Env) -> None:
             env.sched.sleep(0.05)
 
 
+def _token_of(raw: bytes) -> str:
+    """The owner token prefix of a WAL object, or "" if it is no JSON object."""
+    try:
+        return str(json.loads(raw).get("token", ""))[:TOKEN_CHARS]
+    except (ValueError, AttributeError):
+        return ""
+
+
 def _lose_and_skip(env: Env) -> None:
     """The object at the upper is damaged while later ones wait; the operator moves it aside and skips it.
 
     Damage is atomic with reading the upper (an object that blocks the table keeps the upper at it): no
     committer can read a damaged entry, so none can reconcile past it.
     """
+    original: bytes | None = None
     try:
         ctx = env.ctx()
         table = next(t for t in env.catalog.created if t.uuid == ctx.identity.uuid)  # type: ignore[union-attr]
@@ -530,12 +579,24 @@ def _lose_and_skip(env: Env) -> None:
             upper = table.state.upper
             if sum(1 for k in objects if (s := seq_of(k)) is not None and s >= upper) < 2:
                 return
+            original = objects[wal_key(upper)]
             objects[wal_key(upper)] = b"{damaged"
+            env.extra.setdefault("damaged", set()).add((upper, _token_of(original)))
         env.injected["damaged objects"] += 1
         env.sched.sleep(env.rng.uniform(0.05, 0.3))
         ctx.wal.store.delete(wal_key(upper))  # moved aside by the operator
         skip_position(ctx, upper, "damaged object moved aside (model)")
-    except (SkipRefused, CorruptControlDataError, *WRITE_ERRORS):
+    except SkipRefused:
+        # "reconciled meanwhile; nothing to skip": if a committer had read the entry before the damage, its
+        # record names it; the operator puts the entry back from a backup, so the position holds it again.
+        if original is not None and _token_of(original):
+            try:
+                named = recorded_token(ctx, ctx.load(), upper)
+            except (CorruptControlDataError, *WRITE_ERRORS):
+                return
+            if named == _token_of(original):
+                ctx.wal.store.objects.setdefault(wal_key(upper), original)  # type: ignore[attr-defined]
+    except (CorruptControlDataError, *WRITE_ERRORS):
         return
 
 
@@ -591,6 +652,9 @@ def build_schedule(env: Env) -> None:
         for c in range(feat.randint(1, 2)):
             delay = feat.uniform(0.1, 1.0)
             spawn(f"compact{c}", lambda c=c, d=delay: compact_process(env, f"compact{c}", d))
+    from . import foreign  # other engines and a stream reader (tests/model/foreign.py)
+
+    foreign.spawn(env, spawn)
 
 
 class Backend(Protocol):
@@ -657,6 +721,7 @@ def run_schedule(
     env = Env(Scheduler(rng), rng, faults, rebase_on_conflict=rebase_on_conflict)
     env.feat = random.Random(seed * 1_000_003 + 7)
     env.features = env.feat.random() < 0.6
+    env.upsert_draw = random.Random(seed * 1_000_033 + 11)
     if backend is not None:
         backend.install(env, seed)
     build_schedule(env)
@@ -718,6 +783,9 @@ def coverage(env: Env, finals: list[Final]) -> Counter[str]:
     c["unknown commits injected"] += env.injected["commit"]
     c["damaged objects skipped"] += env.injected["damaged objects"]
     c.update(upserts.coverage(env, finals))
+    from . import foreign
+
+    c.update(foreign.coverage(env, [f.table for f in finals]))
     return c
 
 
@@ -740,6 +808,9 @@ def check(env: Env, finals: list[Final]) -> list[str]:
         if isinstance(w.error, CommitOutcomeUnknownError) and not proc.crashed and not _identity_event(env):
             v.append(f"I5: {w.proc} ended with an unknown outcome without faults preventing it: {w.error}")
     v.extend(_check_false_fences(env))
+    from . import foreign
+
+    v.extend(foreign.check(env, [f.table for f in finals]))
     missing = [
         p for f in finals for p in f.table.all_live() if str(p["p"]) not in env.disk and str(p["p"]) not in env.purged
     ]
@@ -752,7 +823,7 @@ def check(env: Env, finals: list[Final]) -> list[str]:
 
 def _identity_event(env: Env) -> bool:
     """True if another tool changed the table's identity or state (writes may end "unknown" then)."""
-    return any(p.name == "tool" for p in env.sched.procs)
+    return any(p.name.startswith("tool") for p in env.sched.procs)
 
 
 def _check_table(env: Env, final: Final, writes: list[Write], key_table: Mapping[str, str | None]) -> list[str]:
@@ -793,14 +864,19 @@ def _check_table(env: Env, final: Final, writes: list[Write], key_table: Mapping
     for seq, entry in entries.items():
         found = outcome_at.get(seq)
         inert_skip = entry.kind is EntryKind.SKIP  # lost a race with a committer that read the object before
-        if found is not None and found[0] != entry.token[:TOKEN_CHARS] and seq >= truncated_below and not inert_skip:
+        # A damaged object the operator moved aside, reconciled from a copy a committer had read before the
+        # damage; a writer's put took the freed position meanwhile (its writer finds the record and re-appends).
+        inert = inert_skip or (found is not None and (seq, found[0]) in env.extra.get("damaged", ()))
+        if found is not None and found[0] != entry.token[:TOKEN_CHARS] and seq >= truncated_below and not inert:
             v.append(f"I6: {name}: WAL position {seq} below the upper holds another entry than the one reconciled")
     # I4: an epoch a writer used is a barrier of its own that was reconciled (never a reused position).
     for w in writes:
         if w.barrier is not None and w.barrier[0] < t.state.upper:
             found = outcome_at.get(w.barrier[0])
             damaged_and_skipped = found is not None and found[1] is Outcome.SKIPPED
-            if (found is None or found[0] != w.barrier[1][:TOKEN_CHARS]) and not damaged_and_skipped:
+            # A damaged barrier moved aside by the operator: its writer's entries are fenced, never applied.
+            damaged = (w.barrier[0], w.barrier[1][:TOKEN_CHARS]) in env.extra.get("damaged", ())
+            if (found is None or found[0] != w.barrier[1][:TOKEN_CHARS]) and not damaged_and_skipped and not damaged:
                 v.append(f"I4: {w.proc} used epoch {w.barrier[0]}, but its barrier was never reconciled there")
     by_token = {w.entry.token[:TOKEN_CHARS]: w.entry for w in writes if w.entry is not None}
     by_token.update({e.token[:TOKEN_CHARS]: e for e in entries.values()})
@@ -813,7 +889,7 @@ def _check_table(env: Env, final: Final, writes: list[Write], key_table: Mapping
     if any(c > 1 for c in applied_tokens.values()):
         v.append(f"I1/I7: {name}: an entry was applied twice: {[k for k, c in applied_tokens.items() if c > 1]}")
     # I8: rows of a table come only from writes made to that table (never another table's replayed log).
-    foreign = sorted({k for k in keys if key_table.get(k.rsplit("#", 1)[0]) != t.uuid})
+    foreign = sorted({k for k in keys if key_table.get(k.rsplit("#", 1)[0]) != t.uuid and not k.startswith(OTHER)})
     if foreign:
         v.append(f"I8: {name}: rows written to another table (by identity) are in this one: {foreign[:4]}")
     applied_keys = {
@@ -823,7 +899,7 @@ def _check_table(env: Env, final: Final, writes: list[Write], key_table: Mapping
         for f in entry.files
         for k in keys_of(f)
     }
-    for key in sorted(keys - applied_keys):
+    for key in sorted(k for k in keys - applied_keys if not k.startswith(OTHER)):
         v.append(f"model: {name}: {key} is in the table but no applied entry carries it")
     # I1/I9: every branch holds exactly what replaying the applied entries in WAL order gives (rows too).
     rows = upsert_oracle.RowOracle()

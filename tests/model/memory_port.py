@@ -19,7 +19,7 @@ from __future__ import annotations
 import threading
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pyspark_fenced_sink.errors import TableChangedError
@@ -68,6 +68,11 @@ class MemoryTable:
     commits: dict[int, tuple[str, tuple[tuple[str, str], ...]]] = field(default_factory=dict)
     #: Position delete files per branch: delete path -> (data path, positions) (``upserts``).
     deletes: dict[str, dict[str, tuple[str, frozenset[int]]]] = field(default_factory=dict)
+    #: Per snapshot: what a reader and a publish see of it (``Snap``); column names by field id (another
+    #: engine may rename them); other engines' changes, each with the version it made (``Foreign``).
+    snaps: dict[int, Snap] = field(default_factory=dict)
+    columns: dict[int, str] = field(default_factory=lambda: dict(COLUMNS))
+    foreign: list[tuple[int, Foreign]] = field(default_factory=list)
 
     def live(self, branch: str) -> Files:
         """The live files of ``branch`` (a branch that does not exist yet would fork main)."""
@@ -77,20 +82,129 @@ class MemoryTable:
         """Live files of every branch."""
         return [f for files in (self.files, *self.branches.values()) for f in files]
 
-    def snapshot(self, branch: str, changed: bool) -> None:
-        """A new snapshot on ``branch``."""
+    def snapshot(self, branch: str, changed: bool, snap: Snap | None = None) -> int:
+        """A new snapshot on ``branch`` (``snap``: its summary, manifests and files; default: a bare commit)."""
         sid = len(self.lineage) + 1
-        self.lineage[sid] = (self.heads.get(branch), changed)
+        parent = self.heads.get(branch)
+        self.lineage[sid] = (parent, changed)
+        deletes = dict(upserts.branch_deletes(self, branch))
+        self.snaps[sid] = replace(snap or Snap(), parent=parent, files=tuple(self.live(branch)), deletes=deletes)
         self.heads[branch] = sid
+        return sid
+
+    def history_view(self) -> dict[int, tuple[int | None, bool]]:
+        """Snapshot id -> (parent, changed data) as a publish judges it (``protocol.replace.changed_data``)."""
+        return {
+            sid: (s.parent, rules.changed_data(s.counters, lambda s=s: s.manifests))  # type: ignore[misc]
+            for sid, s in self.snaps.items()
+        }
+
+
+#: The model table's columns: field id -> name (``v`` is a double: it may hold NaN).
+COLUMNS = {1: "id", 2: "part", 3: "v"}
+
+
+@dataclass(frozen=True)
+class Snap:
+    """A snapshot as readers and publish see it.
+
+    Attributes:
+        parent: Its parent snapshot.
+        op: Its summary's operation (append, overwrite, replace, delete).
+        added: Paths of the data files it added.
+        appended: Paths of the files it added for appends (fencedlake append entries, other engines'
+            appends): the rows a stream of appends must deliver (the model's truth).
+        counters: Its summary's counters (``{"operation": ...}`` alone for a minimal summary).
+        manifests: (added, deleted) file counts of the manifests it wrote itself.
+        files: The branch's live files after it.
+        deletes: The branch's position delete files after it (``upserts``; a rollback returns to them too).
+    """
+
+    parent: int | None = None
+    op: str = "append"
+    added: tuple[str, ...] = ()
+    appended: tuple[str, ...] = ()
+    counters: Mapping[str, str] = field(default_factory=lambda: {"operation": "append"})
+    manifests: tuple[tuple[int, int], ...] = ()
+    files: tuple[Mapping[str, Any], ...] = ()
+    deletes: Mapping[str, tuple[str, frozenset[int]]] = field(default_factory=dict)
+
+
+def commit_snap(op: str, added: Files, removed: int, appended: Files, deletes: tuple[int, int] = (0, 0)) -> Snap:
+    """A fencedlake commit's snapshot: pyiceberg writes full summary counters and one manifest per change.
+
+    ``deletes``: the position delete files it added and removed (upserts, compactions that fold them).
+    """
+    counters = {"operation": op}
+    if added or removed:
+        counters.update({"added-data-files": str(len(added)), "deleted-data-files": str(removed)})
+    if any(deletes):
+        counters.update({"added-delete-files": str(deletes[0]), "removed-delete-files": str(deletes[1])})
+    manifests = ((len(added), removed),) if added or removed else ()
+    manifests += (deletes,) if any(deletes) else ()
+    paths = tuple(str(f["p"]) for f in added)
+    return Snap(
+        op=op, added=paths, appended=tuple(str(f["p"]) for f in appended), counters=counters, manifests=manifests
+    )
+
+
+@dataclass(frozen=True)
+class Foreign:
+    """A change another engine made to the table (the oracle replays it in its place among the commits).
+
+    Attributes:
+        kind: ``append`` (its file, possibly with a minimal summary), ``delete`` (paths removed from main),
+            ``rollback`` (main back to ``target``), ``replace-main`` (main to branch ``branch``'s head),
+            ``reset`` (branch ``branch`` to main's head), ``fork`` (branch ``branch`` created at main's
+            head), ``drop-ref`` (branch removed), ``rename`` (a column renamed; no change to files).
+        branch: The branch it changed.
+        file: ``append``: the file.
+        paths: ``delete``: the paths removed.
+        target: ``rollback``: the snapshot main moves to.
+    """
+
+    kind: str
+    branch: str = MAIN_BRANCH
+    file: Mapping[str, Any] | None = None
+    paths: tuple[str, ...] = ()
+    target: int | None = None
 
 
 def model_match(row_filter: str) -> Callable[[Mapping[str, Any]], Match]:
-    """The model's row filters, ``part = P`` and ``v >= K``, against a model file's partition and ``v`` range."""
+    """The model's row filters, ``part = P`` and ``v >= K``, as the catalog side judges a model file.
+
+    ``part`` is a partition: the partition decides. ``v`` goes by the file's *recorded* statistics
+    (``st``: ``full``, ``no-nan`` — no NaN counts —, ``none`` — no metrics at all) through the protocol's
+    rules (``missing_stats``, ``holds_unmatched``); a file may hold NaN rows in ``v`` (``nan``), which its
+    ``lo..hi`` bounds do not cover and no comparison matches.
+    """
     column, _, value = row_filter.split()
     k = int(value)
     if column == "part":
         return lambda f: Match.ALL if f["part"] == k else Match.NONE
-    return lambda f: Match.ALL if f["lo"] >= k else Match.NONE if f["hi"] < k else Match.SOME
+    return lambda f: _by_statistics(f, k)
+
+
+def _by_statistics(f: Mapping[str, Any], k: int) -> Match:
+    recorded = f.get("st", "full")
+    nans = int(bool(f.get("nan"))) if recorded == "full" else None
+    counts = recorded != "none"
+    column = rules.ColumnStats("v", True, True, 2 if counts else None, 0 if counts else None, nans)
+    absent = rules.missing_stats([column])
+    if absent is None and not rules.holds_unmatched([column]) and f["lo"] >= k:
+        return Match.ALL
+    if counts and f["hi"] < k:  # bounds exclude NaN, and NaN matches no comparison
+        return Match.NONE
+    return Match.UNPROVEN if absent is not None else Match.SOME
+
+
+def filter_names(t: MemoryTable, head: WalEntry) -> dict[str, str]:
+    """The current names of a replace-where's columns, by the field ids it was planned with.
+
+    Raises:
+        EntryRefused: a column was dropped.
+    """
+    return rules.filter_columns_now(head.filter_ids, t.columns)
 
 
 def live_files(t: MemoryTable, branch: str, head: WalEntry) -> Files:
@@ -107,10 +221,12 @@ def apply_plan(t: MemoryTable, plan: ReconcilePlan, entries: Mapping[int, WalEnt
     head = entries[plan.head] if plan.head is not None else None
     branch = plan.branch
     added = [f for s in plan.apply for f in entries[s].files]
+    doomed: set[str] = set()
+    rows = upserts.RowChanges()
     if head is not None and plan.mode is WriteMode.PUBLISH:
         source = str(head.branch)
         try:
-            target = rules.check_fast_forward(source, t.heads[MAIN_BRANCH], t.heads.get(source), t.lineage)
+            target = rules.check_fast_forward(source, t.heads[MAIN_BRANCH], t.heads.get(source), t.history_view())
         except EntryRefused as e:
             raise EntryRefused(e.reason, plan.head) from e
         files, changed = list(t.branches[source]), False
@@ -118,10 +234,14 @@ def apply_plan(t: MemoryTable, plan: ReconcilePlan, entries: Mapping[int, WalEnt
         t.deletes[MAIN_BRANCH] = dict(upserts.branch_deletes(t, source))
     else:
         live = live_files(t, branch, head) if head is not None and plan.mode.replaces_rows else t.live(branch)
-        doomed: set[str] = set()
         if head is not None and plan.mode.replaces_rows:
             by_path = {str(f["p"]): f for f in live}
             described = [LiveFile(p, int(f.get("s", 0)), tuple(f.get("pt", ()))) for p, f in by_path.items()]
+            if head.row_filter:
+                try:
+                    filter_names(t, head)
+                except EntryRefused as e:
+                    raise EntryRefused(e.reason, plan.head) from e
             match = model_match(head.row_filter) if head.row_filter else None
             classify = (lambda x: match(by_path[x.path])) if match else None
             try:
@@ -141,7 +261,12 @@ def apply_plan(t: MemoryTable, plan: ReconcilePlan, entries: Mapping[int, WalEnt
         t.files = files
     else:
         t.branches[branch] = files
-    t.snapshot(branch, changed)
+    appended = [f for s in plan.apply if entries[s].mode is WriteMode.APPEND for f in entries[s].files]
+    op = {WriteMode.APPEND: "append", WriteMode.PUBLISH: "append", WriteMode.COMPACT: "replace"}.get(plan.mode)
+    if plan.mode is WriteMode.UPSERT and not rows.added:
+        op = "append"  # an upsert that deleted no row only added keys (PROTOCOL.md §5.5)
+    deleted = (len(rows.added), len(rows.removed))
+    t.snapshot(branch, changed, commit_snap(op or "overwrite", added, len(doomed), appended, deleted))
     t.ever_referenced.update(str(f["p"]) for f in added)
     t.version += 1
     t.state, t.has_state = plan.state, True

@@ -7,7 +7,8 @@ the semantics of docs/PROTOCOL.md §5.1 stated directly on the model's files —
 * append adds; static overwrite removes every live file of its branch; dynamic
   overwrite removes the live files of the partitions its own files are in (none for an
   empty write); replace-where removes the live files whose ``v`` range or partition
-  lies wholly inside its filter, and must have been refused if one straddles it; a
+  lies wholly inside its filter, and must have been refused if one straddles it or its
+  metadata cannot prove where it lies (NaN rows, absent NaN counts, no metrics: ``truth``); a
   compaction removes its input files, and must have been refused if one is no longer
   live;
 * the first commit on a branch forks it from main (an empty main snapshot first, on a
@@ -18,11 +19,13 @@ the semantics of docs/PROTOCOL.md §5.1 stated directly on the model's files —
 * a commit writes one branch and carries the snapshot properties of every entry it
   applies (all equal);
 
-then compares each branch's files with the table's. Anything else — a file live at
+— with other engines' changes (appends, deletes, rollbacks, ref moves: ``MemoryTable.foreign``)
+replayed between the commits where they happened — then compares each branch's files and
+every ref with the table's. Anything else — a file live at
 write time but not at apply time treated as live, a straddling file removed or kept, a
 commit on the wrong branch — shows up as a difference. Rows inside files (upserts and the
 deletes they make) are replayed by an observer (``upsert_oracle.RowOracle``) this replay
-calls at each fork, publish, refusal and applied entry.
+calls at each fork, snapshot, publish, refusal, applied entry and other engine's change.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ from pyspark_fenced_sink.protocol.entry import MAIN_BRANCH, EntryKind, WalEntry,
 from pyspark_fenced_sink.protocol.reconcile import Outcome
 from pyspark_fenced_sink.protocol.replace import Match
 
-from .memory_port import MemoryTable, model_match
+from .memory_port import Foreign, MemoryTable
 
 __all__ = ["Observer", "replay"]
 
@@ -55,6 +58,12 @@ class Observer(Protocol):
     def applied(self, live: Mapping[str, Mapping[str, Any]], branch: str, entry: WalEntry, v: list[str]) -> bool:
         """``entry`` was applied on ``branch``, whose files are now ``live``; True if it deleted rows."""
 
+    def snap(self, sid: int, branch: str) -> None:
+        """Snapshot ``sid`` was made on ``branch`` (a rollback may return to it)."""
+
+    def foreign(self, change: Foreign, files: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> None:
+        """Another engine's ``change`` was replayed; ``files`` are every branch's live files now."""
+
 
 @dataclass
 class _Lake:
@@ -63,17 +72,24 @@ class _Lake:
     files: dict[str, dict[str, Mapping[str, Any]]] = field(default_factory=lambda: {MAIN_BRANCH: {}})
     heads: dict[str, int | None] = field(default_factory=lambda: {MAIN_BRANCH: None})
     snapshots: dict[int, tuple[int | None, bool]] = field(default_factory=dict)
+    #: The branch's live files after each snapshot (a rollback returns to them).
+    after: dict[int, dict[str, Mapping[str, Any]]] = field(default_factory=dict)
+    #: Follows the rows inside the files (``upsert_oracle.RowOracle``), if any.
+    observer: Observer | None = None
 
     def snap(self, branch: str, changed: bool) -> None:
         sid = len(self.snapshots) + 1
         self.snapshots[sid] = (self.heads.get(branch), changed)
         self.heads[branch] = sid
+        self.after[sid] = dict(self.live(branch))
+        if self.observer is not None:
+            self.observer.snap(sid, branch)
 
-    def fork(self, branch: str, observer: Observer | None = None) -> None:
+    def fork(self, branch: str) -> None:
         if branch in self.files:
             return
-        if observer is not None:
-            observer.fork(branch)
+        if self.observer is not None:
+            self.observer.fork(branch)
         if self.heads[MAIN_BRANCH] is None:
             self.snap(MAIN_BRANCH, False)
         self.files[branch] = dict(self.files[MAIN_BRANCH])
@@ -97,8 +113,60 @@ class _Lake:
         return True
 
     def straddles(self, entry: WalEntry) -> bool:
-        match = model_match(str(entry.row_filter))
+        """True if some live file cannot be proven, from the metadata it carries, to match all or none."""
+        match = truth(str(entry.row_filter))
         return any(match(f) is Match.SOME for f in self.live(entry.target).values())
+
+    def foreign(self, change: Foreign) -> None:
+        """Another engine's change, replayed in its place."""
+        if change.kind == "append" and change.file is not None:
+            self.fork(change.branch)
+            self.files[change.branch][str(change.file["p"])] = change.file
+            self.snap(change.branch, True)
+        elif change.kind == "delete":
+            for path in change.paths:
+                self.files[MAIN_BRANCH].pop(path, None)
+            self.snap(MAIN_BRANCH, True)
+        elif change.kind == "rollback" and change.target is not None:
+            self.heads[MAIN_BRANCH] = change.target
+            self.files[MAIN_BRANCH] = dict(self.after[change.target])
+        elif change.kind == "fork":
+            self.fork(change.branch)
+        elif change.kind == "replace-main" and change.branch in self.files:
+            self.heads[MAIN_BRANCH] = self.heads[change.branch]
+            self.files[MAIN_BRANCH] = dict(self.files[change.branch])
+        elif change.kind == "reset" and change.branch in self.files:
+            self.files[change.branch] = dict(self.files[MAIN_BRANCH])
+            self.heads[change.branch] = self.heads[MAIN_BRANCH]
+        elif change.kind == "drop-ref":
+            self.files.pop(change.branch, None)
+            self.heads.pop(change.branch, None)
+        if self.observer is not None:
+            self.observer.foreign(change, self.files)
+
+
+def truth(row_filter: str) -> Any:
+    """The spec of a model filter on a model file, stated on what the file holds and what its metadata says.
+
+    ``part = P``: the partition decides. ``v >= K``: every row matches iff ``lo >= K`` and the file has no
+    NaN row, which only metadata with NaN counts (``st`` ``full``) can prove; no row matches iff
+    ``hi < K`` (NaN matches no comparison), which bounds prove unless the file has no metrics (``none``).
+    Anything else straddles: ``SOME``.
+    """
+    column, _, value = row_filter.split()
+    k = int(value)
+
+    def match(f: Mapping[str, Any]) -> Match:
+        if column == "part":
+            return Match.ALL if f["part"] == k else Match.NONE
+        recorded = f.get("st", "full")
+        if f["lo"] >= k and not f.get("nan") and recorded == "full":
+            return Match.ALL
+        if f["hi"] < k and recorded != "none":
+            return Match.NONE
+        return Match.SOME
+
+    return match
 
 
 def _apply(lake: _Lake, branch: str, entry: WalEntry, v: list[str], seq: int) -> bool:
@@ -107,10 +175,10 @@ def _apply(lake: _Lake, branch: str, entry: WalEntry, v: list[str], seq: int) ->
     if entry.mode is WriteMode.OVERWRITE:
         doomed = set(live)
     elif entry.mode is WriteMode.DYNAMIC:
-        parts = {f["part"] for f in entry.files}
-        doomed = {p for p, f in live.items() if f["part"] in parts}
+        parts = {f["part"] for f in entry.files}  # files of another partition spec are never selected
+        doomed = {p for p, f in live.items() if f["part"] in parts and f.get("s", 0) == entry.spec_id}
     elif entry.mode is WriteMode.REPLACE_WHERE:
-        match = model_match(str(entry.row_filter))
+        match = truth(str(entry.row_filter))
         verdicts = {p: match(f) for p, f in live.items()}
         if Match.SOME in verdicts.values():
             v.append(f"model: WAL seq {seq} replace-where {entry.row_filter!r} applied over a straddling file")
@@ -166,7 +234,7 @@ def _commit(
                 if rows is not None:
                     rows.publish(entry.branch)
             continue
-        lake.fork(branch, rows)
+        lake.fork(branch)
         changed = _apply(lake, branch, entry, v, seq) or changed
         if rows is not None:
             changed = rows.applied(lake.files[branch], branch, entry, v) or changed
@@ -183,17 +251,24 @@ def replay(
     rows: Observer | None = None,
 ) -> list[str]:
     """Violations of the write modes' semantics in table ``t`` (commit records in commit order)."""
-    lake = _Lake()
+    lake = _Lake(observer=rows)
     v: list[str] = []
-    for _, record in t.records:
+    events: list[tuple[int, int, Any]] = [(version, 0, record) for version, record in t.records]
+    events += [(version, 1, change) for version, change in t.foreign]
+    for _, kind, event in sorted(events, key=lambda e: (e[0], e[1])):
+        if kind == 1:
+            lake.foreign(event)
+            continue
         decided = []
-        for seq in range(record.first, record.last + 1):
+        for seq in range(event.first, event.last + 1):
             token, outcome = outcome_at[seq]
             entry = by_token.get(token)
             if entry is not None:
                 decided.append((seq, outcome, entry))
-        v.extend(_commit(lake, record.first, decided, t, rows))
+        v.extend(_commit(lake, event.first, decided, t, rows))
     name = f"table {t.uuid[:8]}"
+    if lake.heads != t.heads:
+        v.append(f"model: {name}: refs differ from replaying the WAL and other engines in order: {lake.heads}")
     for branch in sorted(set(lake.files) | set(t.branches) | {MAIN_BRANCH}):
         expected = set(lake.files.get(branch, {}))
         actual = {str(f["p"]) for f in (t.files if branch == MAIN_BRANCH else t.branches.get(branch, []))}

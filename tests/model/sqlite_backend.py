@@ -142,6 +142,7 @@ class SqliteBackend:
 
         env.encode_file = encode_file
         env.catalog_ops = False  # drop/rename/purge and friends run on the in-memory catalog only
+        env.nan_rows = False  # the table's v is a long: no NaN
         env.table.uuid = str(table.metadata.table_uuid)
         env.table.location = table.location()
         env.port_factory = lambda e: _ModelPort(self.catalog, name, e, live=True)

@@ -3,8 +3,10 @@
 Thousands of seeded schedules of concurrent writers (appends, static and
 dynamic overwrites, replace-where, branch writes, snapshot properties,
 publishes), zombies, crashes, ambiguous puts, unknown commit outcomes, gc and
-recover run the production protocol code over the in-memory store and an
-in-memory catalog register; every schedule is checked
+recover, other engines changing the table between any two protocol steps and
+stream readers of main (``tests/model/foreign.py``) run the production
+protocol code over the in-memory store and an in-memory catalog register;
+every schedule is checked
 (``tests/model/harness.check``, ``tests/model/oracle.replay``). A second test
 repeats schedules over a real SQLite catalog through pyiceberg
 (``tests/model/sqlite_backend``). The mutation tests prove the model catches
@@ -23,14 +25,16 @@ from dataclasses import replace
 
 import pytest
 
+import pyspark_fenced_sink.iceberg.planning.lineage as lineage_module
 import pyspark_fenced_sink.protocol.commit as commit_module
 import pyspark_fenced_sink.protocol.context as context_module
+import pyspark_fenced_sink.protocol.entry as entry_module
 import pyspark_fenced_sink.protocol.fencing as fencing_module
 import pyspark_fenced_sink.protocol.reconcile as reconcile_module
 import pyspark_fenced_sink.protocol.replace as replace_module
 import pyspark_fenced_sink.protocol.view as view_module
 import pyspark_fenced_sink.protocol.wal as wal_module
-from pyspark_fenced_sink.errors import StoreError
+from pyspark_fenced_sink.errors import InvalidOptionsError, StoreError
 from pyspark_fenced_sink.protocol.entry import WriteMode
 from pyspark_fenced_sink.protocol.layout import seq_of
 from pyspark_fenced_sink.protocol.reconcile import Outcome, Position
@@ -99,6 +103,13 @@ def test_random_schedules_keep_every_invariant() -> None:
             "writes with snapshot properties applied",
             "compact applied",
             "compaction refused",
+            "other engine: minimal-summary appends",
+            "other engine: rename",
+            "other engine: rollback-bare",
+            "other engine: replace-main",
+            "malformed entries put",
+            "stream rejoined main's lineage",
+            "stream refused (main lost delivered rows)",
         ):
             assert stats[case] > 0, f"no schedule reached {case!r}: the model lost coverage"
 
@@ -238,6 +249,30 @@ def _joins_ignoring(what: str) -> Callable[..., bool]:
     return joins
 
 
+def _filter_by_name(filter_ids, current):  # type: ignore[no-untyped-def]
+    """A replace-where bound by the column names it was written with (every committer fails after a rename)."""
+    names = set(current.values())
+    for name, _ in filter_ids:
+        if name not in names:
+            raise InvalidOptionsError(f"option replace-where: could not find field with name {name}")
+    return {name: name for name, _ in filter_ids}
+
+
+def _nan_blind_missing_stats(columns):  # type: ignore[no-untyped-def]
+    """Absent NaN counts read as zero (pyiceberg's strict metrics evaluator's reading)."""
+    return next((f"{c.name}: no counts" for c in columns if c.values is None or c.nulls is None), None)
+
+
+def _changed_by_counters_only(counters, own_manifests):  # type: ignore[no-untyped-def]
+    """'Changed data' read from the summary counters alone (a minimal summary reads as no change)."""
+    return any(int((counters or {}).get(key) or 0) > 0 for key in replace_module.DATA_COUNTERS)
+
+
+def _never_rejoin(start, position, complete, head, parents, delivered_files):  # type: ignore[no-untyped-def]
+    """A stream offset that must stay on main's lineage: anything else is refused."""
+    raise lineage_module.LineageLost(start, "not an ancestor of main's head")
+
+
 @contextlib.contextmanager
 def _both(*patches: contextlib.AbstractContextManager[None]) -> Iterator[None]:
     with contextlib.ExitStack() as stack:
@@ -299,6 +334,25 @@ MUTANTS = {
     ),
     "a commit mixes branches": (_patched(reconcile_module, "_joins", _joins_ignoring("branch")), {}),
     "a commit mixes snapshot properties": (_patched(reconcile_module, "_joins", _joins_ignoring("properties")), {}),
+    # Other engines at the seams (issue 24; tests/model/foreign.py):
+    "a replace-where bound by column name at apply time": (
+        _patched(replace_module, "filter_columns_now", _filter_by_name),
+        {},
+    ),
+    "an absent NaN count read as zero": (_patched(replace_module, "missing_stats", _nan_blind_missing_stats), {}),
+    "'main changed data' read from summary counters only": (
+        _patched(replace_module, "changed_data", _changed_by_counters_only),
+        {},
+    ),
+    "a stream offset must stay on main's lineage": (_patched(lineage_module, "rejoin", _never_rejoin), {}),
+    "appends join a replacing entry's commit": (
+        _patched(WriteMode, "takes_appends", property(lambda m: m not in (WriteMode.PUBLISH, WriteMode.COMPACT))),
+        {},
+    ),
+    "the decoder checks types but not what each kind needs": (
+        _patched(entry_module, "_check_kind", lambda entry: None),
+        {},
+    ),
 }
 
 

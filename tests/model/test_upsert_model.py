@@ -1,4 +1,4 @@
-"""Upserts in the model-based test: schedules where upsert writers race every other process (PROTOCOL.md §5.4).
+"""Upserts in the model-based test: schedules where upsert writers race every other process (PROTOCOL.md §5.5).
 
 Every in-memory schedule below spawns 2-3 upsert writers (random keys, order values,
 delete rows) besides the usual mix; each schedule is checked by ``harness.check``,

@@ -1,6 +1,6 @@
 """The row-level oracle of upserts: what every key must show after a schedule, stated apart from the code under test.
 
-Two statements of docs/PROTOCOL.md §5.4, both on the model's rows (``[key, order, row id]``):
+Two statements of docs/PROTOCOL.md §5.5, both on the model's rows (``[key, order, row id]``):
 
 * :class:`RowOracle` follows the WAL-order replay of ``oracle.replay`` (which owns
   the files): at each applied upsert, for each of its keys, the entry's best row (greatest
@@ -10,12 +10,16 @@ Two statements of docs/PROTOCOL.md §5.4, both on the model's rows (``[key, orde
   entry's other rows are gone (all of them for a winning delete); otherwise the entry's
   rows are gone. Without an order column the entry's row always wins, and a key twice
   in the entry must have refused it. A compaction must keep the visible rows of its
-  inputs exactly, else it must have been refused. At the end each branch's visible rows
-  must equal the table's.
+  inputs exactly, else it must have been refused. Other engines' changes move the dead
+  positions with the files, as Iceberg keeps delete files in the snapshot: a rollback
+  returns to the snapshot's, a branch reset or ``set_current_snapshot`` takes the
+  other ref's; remembered deletes are the committed state's and stay. At the end each
+  branch's visible rows must equal the table's.
 * The serial oracle (:func:`greatest_wins`): on a main branch that only appends,
   upserts with an order column and compacts, the visible row of every key is, among all
   applied rows and deletes of the key, the greatest by (order, WAL position, delete,
-  position in the write) — the key absent if that is a delete. It does not replay at all.
+  position in the write) — the key absent if that is a delete. It does not replay at all
+  (and does not apply once another engine deleted files of main or moved it).
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from typing import Any
 from pyspark_fenced_sink.protocol.entry import MAIN_BRANCH, TOKEN_CHARS, WalEntry, WriteMode
 from pyspark_fenced_sink.protocol.reconcile import Outcome
 
+from .memory_port import Foreign
 from .upserts import rows_of, visible_rows
 
 __all__ = ["RowOracle"]
@@ -46,6 +51,7 @@ class RowOracle:
         self.live: dict[str, dict[str, Mapping[str, Any]]] = {MAIN_BRANCH: {}}
         self.tomb: dict[Any, tuple[int, Any]] = {}
         self.files: dict[str, Mapping[str, Any]] = {}
+        self.after: dict[int, set[Ref]] = {}  # dead positions of a snapshot's branch after it
 
     def fork(self, branch: str) -> None:
         self.dead[branch] = set(self.dead[MAIN_BRANCH])
@@ -54,6 +60,22 @@ class RowOracle:
     def publish(self, branch: str) -> None:
         self.dead[MAIN_BRANCH] = set(self.dead.get(branch, self.dead[MAIN_BRANCH]))
         self.live[MAIN_BRANCH] = dict(self.live.get(branch, self.live[MAIN_BRANCH]))
+
+    def snap(self, sid: int, branch: str) -> None:
+        self.after[sid] = set(self.dead.get(branch, self.dead[MAIN_BRANCH]))
+
+    def foreign(self, change: Foreign, files: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> None:
+        if change.kind == "rollback" and change.target is not None:
+            self.dead[MAIN_BRANCH] = set(self.after[change.target])
+        elif change.kind == "replace-main" and change.branch in self.dead:
+            self.dead[MAIN_BRANCH] = set(self.dead[change.branch])
+        elif change.kind == "reset" and change.branch in files:
+            self.dead[change.branch] = set(self.dead[MAIN_BRANCH])
+        elif change.kind == "drop-ref":
+            self.dead.pop(change.branch, None)
+        for branch_files in files.values():
+            self.files.update(branch_files)
+        self.live = {branch: dict(branch_files) for branch, branch_files in files.items()}
 
     def _visible(self, paths: Any, branch: str) -> dict[Ref, list[Any]]:
         dead = self.dead.get(branch, self.dead[MAIN_BRANCH])
@@ -148,6 +170,8 @@ class RowOracle:
 
 def greatest_wins(t: Any, outcome_at: Mapping[int, tuple[str, Outcome]], by_token: Mapping[str, WalEntry]) -> list[str]:
     """The serial oracle on main, for schedules where it applies (module docstring)."""
+    if any(change.kind in ("delete", "rollback", "replace-main") for _, change in t.foreign):
+        return []  # another engine removed rows of main: only the replay states what is left
     applied = []
     for seq in sorted(outcome_at):
         token, outcome = outcome_at[seq]

@@ -3,7 +3,7 @@
 A model upsert file carries ``rows``: ``[key, order, row id]`` triples (keys
 0..5, orders 0..9 or null); its delete-key file (``deletes``) the same triples
 for delete rows. The in-memory port applies an upsert commit the way the Iceberg
-port does — in WAL order, appends and upserts, candidates gathered from the
+port does — in WAL order, the commit's upserts, candidates gathered from the
 branch's live files minus their position deletes, the remembered deletes of the
 committed state, the entry's own rows — and asks the production decision
 (``protocol.upsert.resolve``) which rows lose; losers become one model delete
@@ -244,12 +244,16 @@ def spawn(env: Any, spawn_process: Any) -> None:
     if env.port_factory is not None:
         return  # the SQLite backend's data files hold no rows
     feat = env.feat
-    if FORCED is None and not (env.features and feat.random() < 0.35):
-        return
+    if FORCED is None and not (env.features and env.upsert_draw.random() < 0.35):
+        return  # drawn apart from ``feat``: a schedule without upserts draws as before they existed
     ordered = FORCED if FORCED is not None else feat.random() < 0.7
     for u in range(feat.randint(2, 3)):
         writes, delay = feat.randint(1, 3), feat.uniform(0.0, 0.8)
         spawn_process(f"upsert{u}", lambda u=u, w=writes, d=delay: upsert_process(env, f"upsert{u}", ordered, w, d))
+    if feat.random() < 0.5:  # a compaction once upserts have deleted rows: it folds their delete files
+        from .harness import compact_process
+
+        spawn_process("compact-late", lambda: compact_process(env, "compact-late", 0.5, wait_for_deletes=True))
 
 
 def coverage(env: Any, finals: list[Any]) -> dict[str, int]:

@@ -1,4 +1,4 @@
-"""Operations on upserted tables: gc of delete, delete-key and tombstone files; status (PROTOCOL.md §5.4, §8, §10)."""
+"""Operations on upserted tables: gc of delete, delete-key and tombstone files; status (PROTOCOL.md §5.5, §8, §10)."""
 
 from __future__ import annotations
 

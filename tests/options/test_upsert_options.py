@@ -1,4 +1,4 @@
-"""The upsert options: parsed on the driver, refused in combinations that mean nothing (PROTOCOL.md §5.4)."""
+"""The upsert options: parsed on the driver, refused in combinations that mean nothing (PROTOCOL.md §5.5)."""
 
 from __future__ import annotations
 

@@ -77,7 +77,7 @@ def _ctx(
 
 
 def _entry(ctx: CommitContext, name: str):  # type: ignore[no-untyped-def]
-    return data_entry(open_writer(ctx, None), [{"p": f"data/{name}.parquet"}])
+    return data_entry(open_writer(ctx, None), [{"p": f"data/{name}.parquet", "s": 0}])
 
 
 def test_a_short_outage_after_the_wal_put_is_ridden_out() -> None:

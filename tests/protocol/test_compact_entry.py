@@ -20,7 +20,7 @@ def entry(mode: WriteMode = WriteMode.COMPACT, token: str = "t", **kwargs: objec
 
 def test_a_compact_entry_round_trips_as_format_3_with_its_inputs() -> None:
     """The inputs survive encoding; the entry is format 3 (a format-2 reader refuses it, never misreads it)."""
-    e = entry(inputs=("a1", "a2"), files=({"p": "out"},))
+    e = entry(inputs=("a1", "a2"), files=({"p": "out", "s": 0},))
     raw = encode_entry(e)
     assert b'"v":3' in raw.replace(b" ", b"")
     assert decode_entry(raw) == e

@@ -64,7 +64,7 @@ def data(
         batch=batch,
         strict=strict,
         mode=mode,
-        files=tuple({"p": f"{token}-{i}.parquet"} for i in range(files)),
+        files=tuple({"p": f"{token}-{i}.parquet", "s": 0} for i in range(files)),
         spec_id=spec_id,
         created_ms=0,
     )
@@ -78,7 +78,7 @@ def anon(token: str, *, opened: int = 0, mode: str = "append", files: int = 1) -
         ephemeral=True,
         mode=mode,
         opened=opened,
-        files=tuple({"p": f"{token}-{i}.parquet"} for i in range(files)),
+        files=tuple({"p": f"{token}-{i}.parquet", "s": 0} for i in range(files)),
         created_ms=0,
     )
 
@@ -355,12 +355,14 @@ def test_max_group_counts_non_applied_entries_too() -> None:
 
 
 def test_an_overwrite_after_applied_entries_starts_the_next_plan() -> None:
-    """A plan holds one overwrite, only as its first applied entry: append, overwrite -> two commits."""
+    """A plan holds one overwrite, only alone: append, overwrite, append -> three commits."""
     entries = {0: anon("a"), 1: anon("o", mode="overwrite"), 2: anon("c")}
     first = reconcile(CommittedState(), entries)
     assert shape(first) == ([(0, "A")], (0,), False, "next-commit", 1)
     second = reconcile(first.state, entries)
-    assert shape(second) == ([(1, "A"), (2, "A")], (1, 2), True, "tail", 3)
+    assert shape(second) == ([(1, "A")], (1,), True, "next-commit", 2)
+    third = reconcile(second.state, entries)
+    assert shape(third) == ([(2, "A")], (2,), False, "tail", 3)
 
 
 def test_two_overwrites_go_to_two_commits() -> None:
@@ -396,17 +398,22 @@ def publish(token: str, branch: str = "audit") -> WalEntry:
 
 
 @pytest.mark.parametrize("mode", ["overwrite", "dynamic", "filter"])
-def test_every_replacing_mode_heads_its_own_commit_and_takes_later_appends(mode: str) -> None:
-    """Static, dynamic and filter overwrites split from earlier appends; appends after them join (WAL order)."""
+def test_every_replacing_mode_commits_alone(mode: str) -> None:
+    """Static, dynamic and filter overwrites split from earlier appends and take no later ones.
+
+    An append inside an ``overwrite`` snapshot would be skipped with it by a stream that skips overwrites.
+    """
     entries = {0: anon("a"), 1: anon("r", mode=mode), 2: anon("c")}
     first = reconcile(CommittedState(), entries)
     second = reconcile(first.state, entries)
-    assert (first.apply, first.stop, second.apply, second.mode.value, second.stop) == (
+    third = reconcile(second.state, entries)
+    assert (first.apply, second.apply, second.mode.value, second.stop, third.apply, third.mode.value) == (
         (0,),
-        "next-commit",
-        (1, 2),
+        (1,),
         mode,
-        "tail",
+        "next-commit",
+        (2,),
+        "append",
     )
 
 

@@ -5,7 +5,15 @@ from __future__ import annotations
 import pytest
 
 from pyspark_fenced_sink.protocol.entry import EntryKind, WalEntry, WriteMode
-from pyspark_fenced_sink.protocol.replace import EntryRefused, LiveFile, Match, Refusals, check_fast_forward, removals
+from pyspark_fenced_sink.protocol.replace import (
+    EntryRefused,
+    LiveFile,
+    Match,
+    Refusals,
+    changed_data,
+    check_fast_forward,
+    removals,
+)
 
 LIVE = [
     LiveFile("a1", 0, ("a",)),
@@ -115,3 +123,30 @@ def test_refusals_hold_for_one_table_version_only() -> None:
     assert refusals.at("v2") == {}
     refusals.add("v2", 9, EntryRefused("not a fast-forward", seq=7))
     assert refusals.at("v2") == {7: "not a fast-forward"}
+
+
+@pytest.mark.parametrize(
+    ("counters", "own", "changed"),
+    [
+        ({"operation": "append", "added-data-files": "2"}, None, True),  # a counter says so: no manifest read
+        ({"operation": "append"}, [(1, 0)], True),  # a minimal summary: its own manifest added a file
+        ({"operation": "append"}, [], False),  # fencedlake's bookkeeping commit: no manifest of its own
+        ({"operation": "append", "added-data-files": "0"}, [(0, 0)], False),  # a merged manifest, nothing added
+        ({"operation": "delete"}, [(0, 3)], True),
+        ({"operation": "overwrite"}, [(None, 0)], True),  # a manifest list that does not say: changed
+        (None, [(0, 1)], True),
+        ({"added-data-files": "many"}, [(1, 0)], True),  # an unreadable counter: the manifests decide
+    ],
+    ids=["counter", "minimal-summary", "bookkeeping", "merged", "delete", "unknown-count", "no-summary", "garbled"],
+)
+def test_changed_data_never_reads_absent_facts_as_no_change(
+    counters: dict[str, str] | None, own: list[tuple[int | None, int | None]] | None, changed: bool
+) -> None:
+    """Summary counters are a shortcut; without a positive one the snapshot's own manifests decide."""
+
+    def manifests() -> list[tuple[int | None, int | None]]:
+        if own is None:
+            raise AssertionError("a positive counter must answer without reading manifests")
+        return own
+
+    assert changed_data(counters, manifests) is changed

@@ -1,4 +1,4 @@
-"""The pure upsert decision, the upsert entry and state codecs, and upserts in reconciliation (PROTOCOL.md §5.4)."""
+"""The pure upsert decision, the upsert entry and state codecs, and upserts in reconciliation (PROTOCOL.md §5.5)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import pytest
 from pyspark_fenced_sink.errors import CorruptControlDataError
 from pyspark_fenced_sink.protocol.entry import EntryKind, WalEntry, WriteMode, decode_entry, encode_entry
 from pyspark_fenced_sink.protocol.reconcile import Outcome, reconcile
+from pyspark_fenced_sink.protocol.replace import EntryRefused, check_folded
 from pyspark_fenced_sink.protocol.state import CommittedState, WriterState
 from pyspark_fenced_sink.protocol.upsert import (
     TOMBSTONE_KEYS_KEY,
@@ -143,7 +144,7 @@ def _upsert(**kw: Any) -> WalEntry:
         "ephemeral": True,
         "mode": WriteMode.UPSERT,
         "upsert": ORDERED,
-        "files": ({"p": "f1"},),
+        "files": ({"p": "f1", "s": 0},),
         "deletes": ({"p": "k1", "n": 2},),
         "created_ms": 1000,
     }
@@ -194,11 +195,26 @@ def _append(**kw: Any) -> WalEntry:
     return WalEntry(**{**base, "files": ({"p": "a"},), **kw})
 
 
-def test_upserts_and_appends_share_one_commit_in_wal_order() -> None:
-    """Appends and upserts to one branch with equal properties join one commit; its mode is UPSERT."""
-    entries = {0: _append(), 1: _upsert(token="b" * 32), 2: _append(token="c" * 32), 3: _upsert(token="d" * 32)}
-    plan = reconcile(CommittedState(), entries)
-    assert (plan.apply, plan.mode, plan.stop) == ((0, 1, 2, 3), WriteMode.UPSERT, "tail")
+def test_upserts_share_a_commit_and_appends_never_join_it() -> None:
+    """Upserts to one branch with equal properties join one commit in WAL order; an append starts the next.
+
+    An upsert commit that deletes rows is an ``overwrite`` snapshot, which stream readers may skip: appended
+    rows inside it would be skipped with it (PROTOCOL.md §5, §5.5). Nor does an upsert join appends.
+    """
+    entries = {
+        0: _append(),
+        1: _upsert(token="b" * 32),
+        2: _upsert(token="c" * 32),
+        3: _append(token="d" * 32),
+        4: _append(token="e" * 32),
+    }
+    plans = []
+    state = CommittedState()
+    while state.upper < len(entries):
+        plan = reconcile(state, entries)
+        plans.append((plan.apply, plan.mode))
+        state = plan.state
+    assert plans == [((0,), WriteMode.APPEND), ((1, 2), WriteMode.UPSERT), ((3, 4), WriteMode.APPEND)]
 
 
 def test_an_upsert_never_joins_a_replace_and_an_overwrite_never_joins_upserts() -> None:
@@ -227,3 +243,29 @@ def test_applied_ordered_upserts_add_their_delete_files_to_the_tombstones() -> N
     plan = reconcile(state, entries)
     assert [d.outcome for d in plan.decisions] == [Outcome.APPLIED, Outcome.APPLIED, Outcome.FENCED]
     assert [t["p"] for t in plan.state.tombstones] == ["k1"]
+
+
+# ---------------------------------------------------------------------------------------------- compaction
+
+
+@pytest.mark.parametrize(
+    ("applying", "refused"),
+    [
+        (("d1", "d2"), None),
+        ((), None),
+        (("d1", "d2", "d3"), "d3 applies"),  # added since the compaction read its inputs
+        (("d1",), "d2, folded into its rewrite, no longer applies"),  # main rolled back past it
+    ],
+    ids=["exactly-folded", "nothing-folded", "a-delete-added", "a-folded-delete-gone"],
+)
+def test_a_compaction_applies_only_over_exactly_the_deletes_it_folded(
+    applying: tuple[str, ...], refused: str | None
+) -> None:
+    """The delete files applying to a compaction's inputs at apply time must be exactly the ones it folded."""
+    folded = ("d1", "d2") if applying != () else ()
+    entry = WalEntry(kind=EntryKind.DATA, token="c", writer="w", mode="compact", inputs=("a",), folded=folded)
+    if refused is None:
+        check_folded(entry, applying)
+    else:
+        with pytest.raises(EntryRefused, match=refused):
+            check_folded(entry, applying)

@@ -66,7 +66,7 @@ ENTRIES = {
         token="t6",
         writer="w",
         mode=WriteMode.DYNAMIC,
-        files=({"p": "f.parquet", "s": 1, "pt": ["AQID", None]},),
+        files=({"p": "f.parquet", "s": 1, "pt": ["AQID", None]}, {"p": "g.parquet", "s": 1, "pt": [None, None]}),
         partitions=(("AQID", None), (None, None)),
         spec_id=1,
         branch="audit",
@@ -89,7 +89,14 @@ def test_entries_use_format_3_only_when_they_need_it(name: str, version: int) ->
 
 
 @pytest.mark.parametrize(
-    "field", [{"branch": "b"}, {"props": {"k": "v"}}, {"mode": "dynamic"}, {"filter": "x = 1"}, {"parts": [["a"]]}]
+    "field",
+    [
+        {"branch": "b"},
+        {"props": {"k": "v"}},
+        {"mode": "dynamic"},
+        {"mode": "filter", "filter": "x = 1"},
+        {"mode": "dynamic", "parts": [["a"]], "files": [{"p": "f.parquet", "s": 0, "pt": ["a"]}]},
+    ],
 )
 def test_a_branch_or_new_mode_never_hides_in_a_format_2_entry(field: dict[str, object]) -> None:
     """Any version-3 field makes the encoding version 3, so a version-2 reader refuses it instead of misreading."""

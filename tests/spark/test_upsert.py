@@ -1,4 +1,4 @@
-"""Upserts with real Spark, batch and streaming (PROTOCOL.md §5.4).
+"""Upserts with real Spark, batch and streaming (PROTOCOL.md §5.5).
 
 Every table is read back by pyiceberg, DuckDB's iceberg reader, ``spark.read.format("fencedlake")`` and
 ``read_table``, and compared to an oracle written apart from the code: per key, the change with the

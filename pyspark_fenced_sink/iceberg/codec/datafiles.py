@@ -18,12 +18,20 @@ from typing import Any
 from pyiceberg.conversions import from_bytes, to_bytes
 from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
 from pyiceberg.typedef import Record, TableVersion
-from pyiceberg.types import PrimitiveType, StructType
+from pyiceberg.types import DoubleType, FloatType, IntegerType, LongType, PrimitiveType, StructType
 
 from pyspark_fenced_sink.errors import CorruptControlDataError
 from pyspark_fenced_sink.protocol.entry import FILE_PARTITION_KEY, FILE_PATH_KEY, FILE_SPEC_KEY
 
-__all__ = ["CODEC_VERSION", "data_file_layout_version", "decode_data_file", "encode_data_file", "encode_partition"]
+__all__ = [
+    "CODEC_VERSION",
+    "data_file_layout_version",
+    "decode_data_file",
+    "decode_value",
+    "encode_data_file",
+    "encode_partition",
+    "normalized_partition",
+]
 
 CODEC_VERSION = 1
 
@@ -49,6 +57,41 @@ def _partition_types(partition_type: StructType) -> list[PrimitiveType]:
             )
         out.append(f.field_type)
     return out
+
+
+def decode_value(value_type: PrimitiveType, raw: bytes) -> Any:
+    """A single-value serialization decoded under ``value_type``, also when written before a legal promotion.
+
+    Iceberg lets another engine promote ``int`` to ``long`` and ``float`` to ``double`` at any time: values
+    serialized before (4 bytes: partition values in WAL entries, bounds in manifests) then meet the wider
+    type; they are read as the narrower one, as Iceberg's readers do.
+
+    Raises:
+        ValueError, TypeError, struct.error: ``raw`` is not a value of the type (or of the one it was promoted from).
+    """
+    if len(raw) == 4 and isinstance(value_type, LongType):
+        return from_bytes(IntegerType(), raw)
+    if len(raw) == 4 and isinstance(value_type, DoubleType):
+        return from_bytes(FloatType(), raw)
+    return from_bytes(value_type, raw)
+
+
+def normalized_partition(values: tuple[str | None, ...], partition_type: StructType) -> tuple[str | None, ...]:
+    """Encoded partition values re-encoded under ``partition_type`` as it is now.
+
+    Equal values then encode equal also across a promotion of a partition source column.
+
+    Raises:
+        CorruptControlDataError: the values do not fit ``partition_type``.
+    """
+    types = _partition_types(partition_type)
+    if len(values) != len(types):
+        raise CorruptControlDataError(f"expected {len(types)} partition values, found {len(values)}")
+    try:
+        decoded = [None if v is None else decode_value(t, _unb64("pt", v)) for t, v in zip(types, values, strict=True)]
+    except (ValueError, TypeError, struct.error, OverflowError) as e:
+        raise CorruptControlDataError(f"partition values {values} do not fit {partition_type}: {e}") from e
+    return encode_partition(Record(*decoded), partition_type)
 
 
 def encode_partition(partition: Record, partition_type: StructType) -> tuple[str | None, ...]:
@@ -199,7 +242,7 @@ def decode_data_file(d: Mapping[str, Any], partition_type: StructType, format_ve
             values.append(None)
             continue
         try:
-            values.append(from_bytes(t, _unb64(f"pt[{i}]", raw)))
+            values.append(decode_value(t, _unb64(f"pt[{i}]", raw)))
         except (ValueError, TypeError, UnicodeDecodeError, OverflowError, struct.error) as e:
             raise _bad(f"pt[{i}]", f"a serialized {t} value", raw) from e
     counts = {attr: _id_map(d, key, _count) for key, attr in _COUNT_MAPS}

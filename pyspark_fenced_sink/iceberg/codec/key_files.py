@@ -1,4 +1,4 @@
-"""Delete-key and tombstone files: fencedlake-private Parquet of key and order columns (PROTOCOL.md §5.4).
+"""Delete-key and tombstone files: fencedlake-private Parquet of key and order columns (PROTOCOL.md §5.5).
 
 An upsert's delete rows are reduced to their key and order columns and written
 by the executor to a *delete-key file* under the control root

@@ -4,17 +4,22 @@
 case-insensitive, lenient timestamp literals); :func:`row_violations` finds the
 rows of an Arrow batch that do not satisfy it (executors) and :func:`split_rows`
 splits a batch into those and the rest (an upsert's delete rows, PROTOCOL.md
-§5.4); :func:`file_matcher` places a data file against it (all / none / some
-rows) from partition projections and column metrics. No catalog code: executors
-import it.
+§5.5); :func:`file_matcher`
+places a data file against it (all / none / some rows, or unproven where a
+statistic it needs is absent: ``iceberg.codec.file_stats``) from partition
+projections and column metrics; :func:`apply_matcher` does so at apply time with
+the filter's columns taken by the field ids they bound to at planning
+(:func:`filter_field_ids`, carried in the WAL entry, PROTOCOL.md §5.4). No
+catalog code: executors import it.
+
 """
 
 from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, cast
 
 import pyarrow as pa
 from pyiceberg.expressions import (
@@ -26,6 +31,7 @@ from pyiceberg.expressions import (
     LiteralPredicate,
     Not,
     Or,
+    Reference,
     SetPredicate,
     UnboundPredicate,
 )
@@ -48,9 +54,19 @@ from pyiceberg.schema import Schema
 from pyiceberg.types import IcebergType, TimestampType, TimestamptzType
 
 from pyspark_fenced_sink.errors import InvalidOptionsError
-from pyspark_fenced_sink.protocol.replace import Match
+from pyspark_fenced_sink.iceberg.codec.file_stats import UNREADABLE_STATS, column_stats, filter_fields, widened
+from pyspark_fenced_sink.protocol.replace import EntryRefused, Match, filter_columns_now, holds_unmatched, missing_stats
 
-__all__ = ["bind_row_filter", "file_matcher", "filter_columns", "row_violations", "split_rows"]
+__all__ = [
+    "apply_matcher",
+    "bind_row_filter",
+    "file_matcher",
+    "filter_columns",
+    "filter_field_ids",
+    "row_violations",
+    "split_rows",
+]
+
 
 _DATE_ONLY = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 _OFFSET = re.compile(r"(Z|[+-]\d{2}:?\d{2})$")
@@ -176,15 +192,110 @@ def _complement(text: str, schema_json: str) -> object:
     return _expression_to_complementary_pyarrow(bind_row_filter(text, schema), schema)
 
 
-def file_matcher(text: str, schema: Schema, specs: Mapping[int, PartitionSpec]) -> Callable[[DataFile], Match]:
-    """Classify data files against the filter: all rows match, none can, or some may (undecided).
+class _Rename(BooleanExpressionVisitor[BooleanExpression]):
+    """Renames the columns of an unbound expression (``names``: as written -> as the schema has them now).
+
+    With ``names`` None it only collects the column names as written, into :attr:`seen`.
+    """
+
+    def __init__(self, names: Mapping[str, str] | None) -> None:
+        self.names = names
+        self.seen: set[str] = set()
+
+    def visit_true(self) -> BooleanExpression:
+        return AlwaysTrue()
+
+    def visit_false(self) -> BooleanExpression:
+        return AlwaysFalse()
+
+    def visit_not(self, child_result: BooleanExpression) -> BooleanExpression:
+        return Not(child_result)
+
+    def visit_and(self, left_result: BooleanExpression, right_result: BooleanExpression) -> BooleanExpression:
+        return And(left_result, right_result)
+
+    def visit_or(self, left_result: BooleanExpression, right_result: BooleanExpression) -> BooleanExpression:
+        return Or(left_result, right_result)
+
+    def visit_unbound_predicate(self, predicate: UnboundPredicate) -> BooleanExpression:
+        name = str(getattr(predicate.term, "name", ""))
+        self.seen.add(name)
+        if self.names is None:
+            return predicate
+        term = Reference(self.names.get(name, name))
+        if isinstance(predicate, LiteralPredicate):
+            return type(predicate)(term, predicate.literal)
+        if isinstance(predicate, SetPredicate):
+            return type(predicate)(term, predicate.literals)
+        return type(predicate)(term)
+
+    def visit_bound_predicate(self, predicate: BoundPredicate) -> BooleanExpression:
+        return predicate
+
+
+def filter_field_ids(text: str, schema_json: str) -> tuple[tuple[str, int], ...]:
+    """Each column name of the filter, as written, -> the field id it binds to in the schema (``WalEntry.filter_ids``).
+
+    Raises:
+        InvalidOptionsError: the filter does not bind to the schema.
+    """
+    schema = Schema.model_validate_json(schema_json)
+    collect = _Rename(None)
+    visit(_parsed(text, schema), collect)
+    return tuple(sorted((name, schema.find_field(name, _CASE_SENSITIVE).field_id) for name in collect.seen))
+
+
+def apply_matcher(
+    text: str, filter_ids: Sequence[tuple[str, int]], schema: Schema, specs: Mapping[int, PartitionSpec]
+) -> Callable[[DataFile], Match]:
+    """:func:`file_matcher` for a replace-where entry applied now: its columns by the field ids it was planned with.
+
+    Raises:
+        EntryRefused: a column it bound to was dropped, or (an entry without field ids, from an older
+            release) the filter no longer binds to the table's schema by name.
+    """
+    try:
+        if not filter_ids:
+            return file_matcher(text, schema, specs)
+        current = {i: n for _, i in filter_ids if (n := schema.find_column_name(i)) is not None}
+        names = filter_columns_now(filter_ids, current)
+        expr = visit(visit(_parse(text), _Rename(names)), _Normalize(schema))
+        return file_matcher(bind_checked(expr, schema), schema, specs)
+    except InvalidOptionsError as e:
+        raise EntryRefused(
+            f"replace-where {text!r} no longer binds to the table's schema ({e}): it was written for columns "
+            "another engine renamed or dropped since; nothing was changed"
+        ) from e
+
+
+def _parse(text: str) -> BooleanExpression:
+    from pyiceberg.expressions.parser import parse
+
+    try:
+        return parse(text)
+    except Exception as e:  # noqa: BLE001 - pyparsing's ParseException
+        raise InvalidOptionsError(f"filter {text!r} does not parse: {e}") from None
+
+
+def file_matcher(
+    text: str | BooleanExpression, schema: Schema, specs: Mapping[int, PartitionSpec]
+) -> Callable[[DataFile], Match]:
+    """Classify data files against the filter: all rows match, none can, some may, or unknown.
 
     A file is ``ALL`` if the strict projection of the filter onto its partition
-    spec holds for its partition, or the strict metrics evaluator proves every
-    row matches; ``NONE`` if the inclusive projection fails on its partition or
-    the inclusive metrics evaluator proves no row can match; ``SOME`` otherwise.
+    spec holds for its partition, or its column statistics prove every row
+    matches — which needs value and null counts (and NaN counts for float
+    columns) for every column the filter reads, no null or NaN in a column it
+    compares, and the strict metrics evaluator; ``NONE`` if the inclusive
+    projection fails on its partition or the inclusive metrics evaluator proves
+    no row can match; otherwise ``UNPROVEN`` if a statistic it needed is absent
+    or unreadable (absent is unknown, never zero), else ``SOME``.
+
+    Raises:
+        InvalidOptionsError: the filter does not bind to ``schema``.
     """
-    expr = _parsed(text, schema)
+    expr = _parsed(text, schema) if isinstance(text, str) else bind_checked(text, schema)
+    fields = filter_fields(bind(schema, expr, _CASE_SENSITIVE))
     strict_rows = _StrictMetricsEvaluator(schema, expr, _CASE_SENSITIVE).eval
     inclusive_rows = _InclusiveMetricsEvaluator(schema, expr, _CASE_SENSITIVE).eval
 
@@ -201,11 +312,32 @@ def file_matcher(text: str, schema: Schema, specs: Mapping[int, PartitionSpec]) 
         return strict, inclusive  # type: ignore[return-value]
 
     def match(data_file: DataFile) -> Match:
-        strict, inclusive = partition_tests(data_file.spec_id)
-        if strict(data_file.partition) or strict_rows(data_file):
-            return Match.ALL
-        if not inclusive(data_file.partition) or not inclusive_rows(data_file):
-            return Match.NONE
-        return Match.SOME
+        try:
+            strict, inclusive = partition_tests(data_file.spec_id)
+            if strict(data_file.partition):
+                return Match.ALL
+            columns = column_stats(data_file, schema, fields)
+            absent = missing_stats(columns)
+            view = cast(DataFile, widened(data_file, schema, fields))
+            if absent is None and not holds_unmatched(columns) and strict_rows(view):
+                return Match.ALL
+            if not inclusive(data_file.partition) or not inclusive_rows(view):
+                return Match.NONE
+        except UNREADABLE_STATS:
+            return Match.UNPROVEN
+        return Match.SOME if absent is None else Match.UNPROVEN
 
     return match
+
+
+def bind_checked(expr: BooleanExpression, schema: Schema) -> BooleanExpression:
+    """``expr`` (unbound) if it binds to ``schema``.
+
+    Raises:
+        InvalidOptionsError: it does not.
+    """
+    try:
+        bind(schema, expr, _CASE_SENSITIVE)
+    except ValueError as e:
+        raise InvalidOptionsError(f"filter {expr} does not bind to the table's schema: {e}") from None
+    return expr

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
+from pyiceberg.io import FileIO
 from pyiceberg.manifest import DataFile, DataFileContent
 from pyiceberg.table import Table, Transaction
 from pyiceberg.table.metadata import TableMetadata
@@ -21,13 +22,10 @@ from pyiceberg.table.update.snapshot import ManageSnapshots, UpdateSnapshot
 
 from pyspark_fenced_sink.protocol.entry import MAIN_BRANCH, WalEntry
 from pyspark_fenced_sink.protocol.reconcile import ReconcilePlan
-from pyspark_fenced_sink.protocol.replace import EntryRefused
+from pyspark_fenced_sink.protocol.replace import EntryRefused, changed_data
 from pyspark_fenced_sink.protocol.state import SERIAL_REF, CommittedState
 
 __all__ = ["StagedCommit", "changes_data", "live_data_files", "snapshot_history"]
-
-#: Summary counters of a snapshot that changed data (absent or 0 in fencedlake's bookkeeping commits).
-_DATA_CHANGES = ("added-data-files", "deleted-data-files", "added-delete-files", "removed-delete-files")
 
 
 def live_data_files(table: Table, snapshot: Snapshot | None) -> Iterator[DataFile]:
@@ -40,17 +38,49 @@ def live_data_files(table: Table, snapshot: Snapshot | None) -> Iterator[DataFil
                 yield entry.data_file
 
 
-def changes_data(snapshot: Snapshot) -> bool:
-    """True if the snapshot added or removed files (unknown summaries count as a change)."""
-    if snapshot.summary is None:
-        return True
-    counts = snapshot.summary.additional_properties
-    return any(int(counts.get(key) or 0) > 0 for key in _DATA_CHANGES)
+def changes_data(snapshot: Snapshot, io: FileIO) -> bool:
+    """True if the snapshot added or removed files (``protocol.replace.changed_data``).
+
+    Summary counters when they say so, else the manifests the snapshot added: a summary of only
+    ``operation`` is never read as "no change".
+    """
+    counters = snapshot.summary.additional_properties if snapshot.summary is not None else None
+
+    def own_manifests() -> list[tuple[int | None, int | None]]:
+        return [
+            (m.added_files_count, m.deleted_files_count)
+            for m in snapshot.manifests(io)
+            if m.added_snapshot_id in (snapshot.snapshot_id, None)
+        ]
+
+    return changed_data(counters, own_manifests)
 
 
-def snapshot_history(metadata: TableMetadata) -> dict[int, tuple[int | None, bool]]:
-    """Snapshot id -> (parent id, changed data) for every snapshot the table still has."""
-    return {s.snapshot_id: (s.parent_snapshot_id, changes_data(s)) for s in metadata.snapshots}
+class _History(Mapping[int, tuple[int | None, bool]]):
+    """Snapshot id -> (parent id, changed data), computed on first use (a manifest list read at most)."""
+
+    def __init__(self, metadata: TableMetadata, io: FileIO) -> None:
+        self._snapshots = {s.snapshot_id: s for s in metadata.snapshots}
+        self._io = io
+        self._known: dict[int, tuple[int | None, bool]] = {}
+
+    def __getitem__(self, snapshot_id: int) -> tuple[int | None, bool]:
+        known = self._known.get(snapshot_id)
+        if known is None:
+            snapshot = self._snapshots[snapshot_id]
+            known = self._known[snapshot_id] = (snapshot.parent_snapshot_id, changes_data(snapshot, self._io))
+        return known
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._snapshots)
+
+    def __len__(self) -> int:
+        return len(self._snapshots)
+
+
+def snapshot_history(metadata: TableMetadata, io: FileIO) -> Mapping[int, tuple[int | None, bool]]:
+    """Snapshot id -> (parent id, changed data) for every snapshot the table still has (computed lazily)."""
+    return _History(metadata, io)
 
 
 def ref_requirements(metadata: TableMetadata, refs: set[str]) -> list[TableRequirement]:

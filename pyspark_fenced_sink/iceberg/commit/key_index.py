@@ -1,4 +1,4 @@
-"""What an upsert's apply reads, and the caches that make it cheap (PROTOCOL.md §5.4, steps 1-4; driver).
+"""What an upsert's apply reads, and the caches that make it cheap (PROTOCOL.md §5.5, steps 1-4; driver).
 
 * :func:`key_table` — the key and order columns of a data file or a delete-key
   file, matched by Iceberg field id (a column renamed by another engine still

@@ -4,8 +4,8 @@
 the commit's snapshot on a :class:`~.branches.StagedCommit`: an append (manifests
 merged, ``manifests``), a replace of what ``protocol.replace.removals`` selects among
 the branch's files live on the commit's base (overwrite, dynamic overwrite,
-replace-where), a publish (fast-forward), a compaction (``rewrite``), appends and
-upserts in WAL order (``upsert_apply``, PROTOCOL.md §5.4). A producer
+replace-where), a publish (fast-forward), a compaction (``rewrite``), upserts in
+WAL order (``upsert_apply``, PROTOCOL.md §5.5). A producer
 that must not apply on this base raises ``protocol.replace.EntryRefused``; the
 planning-time checks (:func:`check_replace_where`, :func:`check_publish`) take the
 same decisions before a write starts.
@@ -17,21 +17,19 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from pyiceberg.manifest import DataFile
+from pyiceberg.io import FileIO
 from pyiceberg.table import Table
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.refs import SnapshotRefType
-from pyiceberg.table.snapshots import Snapshot
 
 from pyspark_fenced_sink.errors import CorruptControlDataError, WriteRejectedError
-from pyspark_fenced_sink.iceberg.codec.datafiles import encode_partition
-from pyspark_fenced_sink.iceberg.codec.row_filter import file_matcher
-from pyspark_fenced_sink.iceberg.commit.branches import StagedCommit, live_data_files, snapshot_history
+from pyspark_fenced_sink.iceberg.commit.branches import StagedCommit, snapshot_history
+from pyspark_fenced_sink.iceberg.commit.entry_files import doomed_files
 from pyspark_fenced_sink.iceberg.commit.manifests import append_producer
 from pyspark_fenced_sink.iceberg.commit.rewrite import compaction_producer
 from pyspark_fenced_sink.iceberg.commit.upsert_apply import upsert_producer
 from pyspark_fenced_sink.protocol.entry import MAIN_BRANCH, EntryKind, WalEntry, WriteMode
-from pyspark_fenced_sink.protocol.replace import EntryRefused, LiveFile, check_fast_forward, removals
+from pyspark_fenced_sink.protocol.replace import EntryRefused, check_fast_forward
 from pyspark_fenced_sink.protocol.state import SUMMARY_PUBLISHED
 
 __all__ = ["PRODUCERS", "check_publish", "check_replace_where"]
@@ -40,24 +38,6 @@ __all__ = ["PRODUCERS", "check_publish", "check_replace_where"]
 def _append(staged: StagedCommit, head: WalEntry | None) -> Any:
     """An append on the branch: a new manifest, small ones merged if the table says so (``iceberg.manifests``)."""
     return append_producer(staged.update(), staged.tx.table_metadata.properties)
-
-
-def _doomed(table: Table, metadata: TableMetadata, snapshot: Snapshot, head: WalEntry) -> list[DataFile]:
-    """The live files of ``snapshot`` that applying ``head`` removes (``protocol.replace.removals``).
-
-    Raises:
-        EntryRefused: a replace-where finds a live file that straddles its filter.
-    """
-    live = {f.file_path: f for f in live_data_files(table, snapshot)}
-    schema, specs = metadata.schema(), metadata.specs()
-    types = {sid: spec.partition_type(schema) for sid, spec in specs.items()} if head.mode is WriteMode.DYNAMIC else {}
-    described = [
-        LiveFile(path, f.spec_id, encode_partition(f.partition, types[f.spec_id]) if types else ())
-        for path, f in live.items()
-    ]
-    matcher = file_matcher(head.row_filter or "", schema, specs) if head.mode is WriteMode.REPLACE_WHERE else None
-    doomed = removals(head, described, (lambda lf: matcher(live[lf.path])) if matcher is not None else None)
-    return [live[f.path] for f in doomed]
 
 
 def check_replace_where(table: Table, branch: str | None, row_filter: str, name: str) -> None:
@@ -74,16 +54,16 @@ def check_replace_where(table: Table, branch: str | None, row_filter: str, name:
         return
     probe = WalEntry(kind=EntryKind.DATA, token="", writer="", mode=WriteMode.REPLACE_WHERE, row_filter=row_filter)
     try:
-        _doomed(table, metadata, snapshot, replace(probe, branch=branch))
+        doomed_files(table, metadata, snapshot, replace(probe, branch=branch))
     except EntryRefused as e:
         raise WriteRejectedError(f"table {name}: {e.reason}", table=name, outcome="REFUSED") from e
 
 
-def _fast_forward_target(metadata: TableMetadata, branch: str) -> int:
+def _fast_forward_target(metadata: TableMetadata, io: FileIO, branch: str) -> int:
     """The head of ``branch`` if main may be fast-forwarded to it (``protocol.replace.check_fast_forward``)."""
     ref = metadata.refs.get(branch)
     found = ref.snapshot_id if ref is not None and ref.snapshot_ref_type == SnapshotRefType.BRANCH else None
-    return check_fast_forward(branch, metadata.current_snapshot_id, found, snapshot_history(metadata))
+    return check_fast_forward(branch, metadata.current_snapshot_id, found, snapshot_history(metadata, io))
 
 
 def check_publish(table: Table, branch: str, name: str) -> int:
@@ -93,7 +73,7 @@ def check_publish(table: Table, branch: str, name: str) -> int:
         WriteRejectedError: the branch is missing, or main changed data since it forked.
     """
     try:
-        return _fast_forward_target(table.metadata, branch)
+        return _fast_forward_target(table.metadata, table.io, branch)
     except EntryRefused as e:
         raise WriteRejectedError(f"table {name}: {e.reason}", table=name, outcome="REFUSED") from e
 
@@ -107,7 +87,7 @@ def _replace(staged: StagedCommit, head: WalEntry | None) -> Any:
     branch_head = staged.head
     if branch_head is None or head is None:
         return staged.update().fast_append()
-    doomed = _doomed(staged.table, staged.tx.table_metadata, branch_head, head)
+    doomed = doomed_files(staged.table, staged.tx.table_metadata, branch_head, head)
     producer = staged.update().overwrite()
     for data_file in doomed:
         producer.delete_data_file(data_file)
@@ -120,7 +100,7 @@ def _publish(staged: StagedCommit, head: WalEntry | None) -> Any:
     if source is None:
         raise CorruptControlDataError("a publish entry names no branch: the WAL object is damaged")
     metadata = staged.tx.table_metadata
-    branch_head = _fast_forward_target(metadata, source)
+    branch_head = _fast_forward_target(metadata, staged.table.io, source)
     staged.refs.add(source)
     if branch_head != metadata.current_snapshot_id:
         staged.move_ref(MAIN_BRANCH, branch_head)

@@ -16,9 +16,9 @@ Applied on the version being committed on (apply time), it is refused
   (``iceberg.row_delta.RowDelta``).
 
 The snapshot's operation is ``replace`` (Iceberg: files rewritten, data
-unchanged), so stream readers skip it (``iceberg.incremental``); a replace
-commit takes no appends (``WriteMode.takes_appends``), since appended rows in
-a ``replace`` snapshot would be invisible to them.
+unchanged), so stream readers skip it (``iceberg.planning.incremental``); a replace
+commit takes no appends (``WriteMode.takes_appends``, false for every mode that
+replaces rows), since appended rows in a ``replace`` snapshot would be invisible to them.
 """
 
 from __future__ import annotations

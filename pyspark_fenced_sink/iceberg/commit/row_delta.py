@@ -1,4 +1,4 @@
-"""Position delete files and the snapshot producer that commits them (PROTOCOL.md §5.4, §5.2; driver).
+"""Position delete files and the snapshot producer that commits them (PROTOCOL.md §5.5, §5.2; driver).
 
 pyiceberg 0.12 writes delete files into no manifest (its producers know data
 manifests only) and cannot create format-3 tables, so deletion vectors are out:

@@ -31,14 +31,14 @@ from pyiceberg.table.update import AssertDefaultSpecId, AssertTableUUID, update_
 
 from pyspark_fenced_sink import failpoints
 from pyspark_fenced_sink.errors import CorruptControlDataError, TableChangedError
-from pyspark_fenced_sink.iceberg.codec.datafiles import decode_data_file
 from pyspark_fenced_sink.iceberg.commit.branches import (
     StagedCommit,
     ref_requirements,
 )
+from pyspark_fenced_sink.iceberg.commit.entry_files import INAPPLICABLE, decoded_files
 from pyspark_fenced_sink.iceberg.commit.producers import PRODUCERS
 from pyspark_fenced_sink.protocol.context import CommitConflict, CommitUnknown
-from pyspark_fenced_sink.protocol.entry import WalEntry, encoded_spec_id
+from pyspark_fenced_sink.protocol.entry import WalEntry
 from pyspark_fenced_sink.protocol.reconcile import ReconcilePlan
 from pyspark_fenced_sink.protocol.replace import EntryRefused
 from pyspark_fenced_sink.protocol.state import (
@@ -201,26 +201,28 @@ class IcebergTablePort:
     ) -> TableView:
         table = self.table(base)
         metadata = table.metadata
-        schema = metadata.schema()
-        specs = metadata.specs()
-        fv = metadata.format_version
-        partition_types = {sid: spec.partition_type(schema) for sid, spec in specs.items()}
-        added = [
-            decode_data_file(f, partition_types[encoded_spec_id(f)], fv) for s in plan.apply for f in entries[s].files
-        ]
+        added = decoded_files(metadata, plan, entries)
         summary = {**dict(plan.properties), **encode_record(record)}
         head = entries[plan.head] if plan.head is not None else None
         staged = None
         try:
             staged = StagedCommit(_LeanTransaction(table), table, plan, entries, summary)
             producer = PRODUCERS[plan.mode](staged, head)
+            for data_file in added:
+                producer.append_data_file(data_file)
+            staged.finish(producer)
         except EntryRefused as e:
             if staged is not None:
                 staged.cleanup()
             raise EntryRefused(e.reason, plan.head if e.seq is None else e.seq) from e
-        for data_file in added:
-            producer.append_data_file(data_file)
-        staged.finish(producer)
+        except INAPPLICABLE as e:  # the table as another engine left it cannot take the entry: decide, not raise
+            if staged is not None:
+                staged.cleanup()
+            logger.warning("fencedlake: WAL seq %s cannot be applied to %s", plan.head, self.name, exc_info=True)
+            raise EntryRefused(
+                f"the entry cannot be applied to the table as it is now ({type(e).__name__}: {e}); nothing was changed",
+                plan.head,
+            ) from e
         staged.tx.set_properties({STATE_PROPERTY: staged.state.encode()})
         failpoints.hit("commit.after-manifests-written")
         requirements = (

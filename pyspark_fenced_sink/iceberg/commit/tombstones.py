@@ -1,4 +1,4 @@
-"""Remembered deletes: merging the committed tombstone list when it grows (PROTOCOL.md §5.4; driver).
+"""Remembered deletes: merging the committed tombstone list when it grows (PROTOCOL.md §5.5; driver).
 
 The committed state lists the delete-key files of applied ordered upserts on
 main (``protocol.reconcile.remembered``). When a commit would list more than

@@ -1,8 +1,9 @@
-"""Applying upserts inside the one catalog commit (PROTOCOL.md §5.4, "Apply"; driver).
+"""Applying upserts inside the one catalog commit (PROTOCOL.md §5.5, "Apply"; driver).
 
 :func:`upsert_producer` is the producer of ``WriteMode.UPSERT`` commits
-(``iceberg.table_port._PRODUCERS``): the plan's appends and upserts, in WAL
-order, on the version being committed on. For each upsert it reads the entry's
+(``iceberg.table_port._PRODUCERS``): the plan's upserts (only upserts join an
+upsert's commit, ``WriteMode.takes_upserts``), in WAL order, on the version
+being committed on. For each upsert it reads the entry's
 keys, prunes the branch's live data files by partition (when the spec is a
 function of the key columns) and by key-column bounds, reads the candidates' key
 and order columns and live positions (``iceberg.key_index``, cached), the
@@ -222,7 +223,7 @@ class _Candidates:
 
 
 class _Applier:
-    """Applies one commit's appends and upserts in WAL order, collecting the rows they delete."""
+    """Applies one commit's upserts in WAL order, collecting the rows they delete."""
 
     def __init__(self, staged: StagedCommit) -> None:
         self.staged = staged
@@ -365,7 +366,7 @@ def _write_deletes(staged: StagedCommit, applier: _Applier, producer: RowDelta) 
 
 
 def upsert_producer(staged: StagedCommit, head: WalEntry | None) -> RowDelta:
-    """The snapshot producer of a commit of appends and upserts (the caller appends the entries' data files).
+    """The snapshot producer of a commit of upserts (the caller appends the entries' data files).
 
     Raises:
         EntryRefused: an upsert of the plan cannot be applied on this version (``seq`` names it).
@@ -378,7 +379,7 @@ def upsert_producer(staged: StagedCommit, head: WalEntry | None) -> RowDelta:
         try:
             if entry.mode is WriteMode.UPSERT:
                 applier.upsert(seq, entry, staged.branch)
-            else:
+            else:  # reconciliation never groups an append with upserts; were it one, it would apply in order
                 applier.append(entry)
         except Unreadable as e:
             raise EntryRefused(f"upsert refused: {e}; nothing of it was applied", seq) from e

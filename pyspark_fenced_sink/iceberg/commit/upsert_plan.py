@@ -1,4 +1,4 @@
-"""Upsert planning on the driver (PROTOCOL.md §5.4, "Keys and planning"; driver).
+"""Upsert planning on the driver (PROTOCOL.md §5.5, "Keys and planning"; driver).
 
 * :func:`plan_upsert` resolves ``upsert-keys`` (or the table's identifier
   fields), ``upsert-order`` and ``upsert-delete-where`` against the table,

@@ -4,9 +4,11 @@ An offset ``(snapshot_id, position)`` says every row of the snapshots before it,
 plus the first ``position`` files of its own list, was emitted; lists are fixed
 once a snapshot commits, so every replay plans the same files. Where a stream
 starts (:data:`START`), which snapshot operations are read, skipped or refused,
-and how a fully read snapshot may expire are PROTOCOL.md §14.1's table. An upsert
-commit that replaced or deleted rows is an ``overwrite`` snapshot (§5.4), refused
-by name or skipped by option; one that only added keys is an ``append`` and is read.
+how a fully read snapshot may expire, and how an offset main's lineage no longer
+holds rejoins it (``lineage``) are PROTOCOL.md §14.1's table. An upsert commit
+that replaced or deleted rows is an ``overwrite`` snapshot (§5.5), refused by
+name or skipped by option; one that only added keys is an ``append`` and is read.
+
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from pyiceberg.table import FileScanTask
 from pyiceberg.table.snapshots import Operation, Snapshot
 
 from pyspark_fenced_sink.errors import InvalidOptionsError, ReadRefusedError
+from pyspark_fenced_sink.iceberg.planning.lineage import LineageLost, ancestors, rejoin
 from pyspark_fenced_sink.iceberg.planning.scan import ReadPoint, plan_files
 from pyspark_fenced_sink.options.read import (
     START_SNAPSHOT_ID,
@@ -109,6 +112,7 @@ class _Step:
     snapshot: Snapshot
     scan_all: bool
     begin: int
+    skip: frozenset[str] = frozenset()  # files delivered before main moved off the offset's lineage
 
 
 def _sequence(step: _Step) -> int:
@@ -200,13 +204,52 @@ class StreamPlanner:
                 and steps[-1].snapshot.sequence_number == start.sequence + 1
             ):
                 return steps[::-1]  # expiry cut the parent link (pyiceberg does), but no commit fits between
-        raise ReadRefusedError(
-            f"table {self.opts.table}: the stream's position, snapshot {start.snapshot_id}, is no longer in the "
-            f"history of snapshot {head.snapshot_id} on the main branch (it expired before it was read to its end, "
-            "or the branch was rolled back); the rows after it cannot be told apart exactly. Restart the query "
-            f"with a new checkpointLocation and {START_SNAPSHOT_ID} set to the last snapshot it delivered",
+        if self.snapshot(start.snapshot_id) is not None and not start.scan_all:
+            return self._rejoined(start, head)  # main moved past the offset by another way than a child
+        raise self._lost(start.snapshot_id, head, "it expired before it was read to its end")
+
+    def _lost(self, snapshot_id: int, head: Snapshot, why: str) -> ReadRefusedError:
+        return ReadRefusedError(
+            f"table {self.opts.table}: the stream's position, snapshot {snapshot_id}, is no longer in the "
+            f"history of snapshot {head.snapshot_id} on the main branch ({why}); the rows after it cannot be "
+            f"told apart exactly. Restart the query with a new checkpointLocation and {START_SNAPSHOT_ID} set "
+            "to the last snapshot it delivered",
             table=self.opts.table,
         )
+
+    def _delivered(self, snapshot_id: int) -> list[str]:
+        """What the stream delivers of a snapshot read whole: an append's added files, else nothing."""
+        snapshot = self.snapshot(snapshot_id)
+        if snapshot is None or snapshot.summary is None or snapshot.summary.operation != Operation.APPEND:
+            return []
+        return [t.file.file_path for t in self.files_of(snapshot, False)]
+
+    def _rejoined(self, start: StreamOffset, head: Snapshot) -> list[_Step]:
+        """Main's snapshots after its newest common ancestor with ``start`` (``planning.lineage``).
+
+        Each step skips the files the stream already delivered; refused if a delivered file is no longer on
+        main's side.
+        """
+        parents = {s.snapshot_id: s.parent_snapshot_id for s in self.table.metadata.snapshots}
+        try:
+            found = rejoin(
+                start.snapshot_id, start.position, start.complete, head.snapshot_id, parents, self._delivered
+            )
+        except LineageLost as e:
+            raise self._lost(start.snapshot_id, head, e.why) from e
+        main = ancestors(head.snapshot_id, parents)
+        newer = [s for s in map(self.snapshot, reversed(main[: main.index(found.ancestor)])) if s is not None]
+        steps = [_Step(s, False, 0, frozenset(found.delivered)) for s in newer]
+        held = {t.file.file_path for s in newer for t in self.files_of(s, False)}
+        gone = next((path for path in found.delivered if path not in held), None)
+        if gone is not None:
+            raise self._lost(
+                start.snapshot_id,
+                head,
+                f"main was rolled back or replaced: snapshot {found.delivered[gone]} delivered file {gone}, which "
+                "main no longer holds, and a stream cannot take rows back",
+            )
+        return steps
 
     def _readable(self, snapshot: Snapshot) -> bool:
         """True to read an append; False to skip; raises for a refused overwrite or delete."""
@@ -258,7 +301,11 @@ class StreamPlanner:
         if head is None:
             return start
         end, files, rows = start, 0, 0
-        for step in self._steps(start, head):
+        steps = self._steps(start, head)
+        # After a rejoin, the batch reaches past every snapshot that re-adds a file delivered before: the
+        # skip set lives only in this batch, so no later batch may meet such a file again.
+        must = max((i for i, st in enumerate(steps) if self._skipped(st)), default=-1)
+        for i, step in enumerate(steps):
             try:
                 readable = step.scan_all or self._readable(step.snapshot)
             except ReadRefusedError:
@@ -267,14 +314,20 @@ class StreamPlanner:
                 raise
             listed = self.files_of(step.snapshot, step.scan_all) if readable else []
             for position in range(step.begin, len(listed)):
+                if listed[position].file.file_path in step.skip:
+                    continue
                 next_rows = listed[position].file.record_count
-                if limits.full(files, rows, next_rows):
+                if i > must and limits.full(files, rows, next_rows):
                     if position == 0:
                         return end
                     return StreamOffset(step.snapshot.snapshot_id, position, step.scan_all, False, _sequence(step))
                 files, rows = files + 1, rows + next_rows
             end = StreamOffset(step.snapshot.snapshot_id, len(listed), step.scan_all, True, _sequence(step))
         return end
+
+    def _skipped(self, step: _Step) -> bool:
+        """True if ``step`` re-adds a file the stream delivered before main left its offset's lineage."""
+        return bool(step.skip) and any(t.file.file_path in step.skip for t in self.files_of(step.snapshot, False))
 
     def plan(self, start: StreamOffset, end: StreamOffset) -> list[FileScanTask]:
         """The files between two offsets, in stream order (the same on every replay)."""
@@ -296,7 +349,8 @@ class StreamPlanner:
             if not step.scan_all and not self._readable(step.snapshot):
                 continue
             stop = end.position if step.snapshot.snapshot_id == end.snapshot_id else None
-            out.extend(self.files_of(step.snapshot, step.scan_all)[step.begin : stop])
+            listed = self.files_of(step.snapshot, step.scan_all)[step.begin : stop]
+            out.extend(t for t in listed if t.file.file_path not in step.skip)
         return out
 
     def forget_before(self, offset: StreamOffset) -> None:
