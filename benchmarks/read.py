@@ -10,7 +10,10 @@ for each reader:
 * ``native``: ``spark.read.parquet`` of the table's current data files (the
   same files), the baseline;
 * ``fencedlake``: ``spark.read.format("fencedlake").load(table)`` in a session
-  set up with :func:`pyspark_fenced_sink.tune_session` (filter pushdown on);
+  set up with :func:`pyspark_fenced_sink.tune_session` (filter pushdown on; on
+  Spark 4.1-4.3 pushed filters prune nothing: ``spark.reader.PUSHED_FILTERS_PRUNE``);
+* ``fencedlake filter option``: the same with ``option("filter", <the query as an
+  Iceberg filter>)``, which prunes files on every Spark (the full scan has no filter);
 * ``fencedlake read_table``: :func:`pyspark_fenced_sink.read_table` (the
   same planning, then Spark's own Parquet reader over the planned files,
   columns matched by field id);
@@ -58,19 +61,35 @@ QUERIES = {
     "full scan": None,
     "one day of 30": f"ts >= timestamp'{DAY_LO:%Y-%m-%d %H:%M:%S}' AND ts < timestamp'{DAY_HI:%Y-%m-%d %H:%M:%S}'",
 }
-READERS = ("native", "fencedlake", "fencedlake read_table", "python floor", "pyiceberg+createDataFrame")
+#: The same queries as Iceberg filters (the read option ``filter``; UTC literals for the timestamptz column).
+ICEBERG_QUERIES = {
+    "full scan": None,
+    "one day of 30": f"ts >= '{DAY_LO:%Y-%m-%dT%H:%M:%S}' AND ts < '{DAY_HI:%Y-%m-%dT%H:%M:%S}'",
+}
+READERS = (
+    "native",
+    "fencedlake",
+    "fencedlake filter option",
+    "fencedlake read_table",
+    "python floor",
+    "pyiceberg+createDataFrame",
+)
 
 
-def _planned_files(wh: str, where: str | None) -> tuple[int, int]:
-    """(files fencedlake plans for the query, data files in the snapshot), through the reader's own API."""
+def _planned_files(wh: str, where: str | None, option: str | None = None) -> tuple[int, int]:
+    """(files fencedlake plans for the query, data files in the snapshot), through the reader's own API.
+
+    ``option``: the query as the ``filter`` read option instead of pushed filters.
+    """
     from pyspark.sql import datasource as F  # noqa: N812 - the filter classes, as Spark's docs spell them
 
     from pyspark_fenced_sink import FencedLakeDataSource
     from pyspark_fenced_sink.spark.reader import FencedLakeFilteringReader, open_read
 
-    source = FencedLakeDataSource({"warehouse": wh, "path": TABLE})
+    options = {"warehouse": wh, "path": TABLE, **({"filter": option} if option else {})}
+    source = FencedLakeDataSource(options)
     reader = FencedLakeFilteringReader(*open_read(source.options, source.schema(), streaming=False))
-    if where is not None:
+    if where is not None and option is None:
         reader.pushFilters([F.GreaterThanOrEqual(("ts",), DAY_LO), F.LessThan(("ts",), DAY_HI)])
     reader.partitions()
     stats = reader.stats
@@ -144,13 +163,20 @@ def run(
         expected: dict[str, int] = {}
         for query, where in QUERIES.items():
 
-            def frames(where: str | None = where) -> dict[str, Callable[[], Any]]:
+            def frames(
+                where: str | None = where, option: str | None = ICEBERG_QUERIES[query]
+            ) -> dict[str, Callable[[], Any]]:
                 def native() -> Any:
                     df = spark.read.parquet(*paths)
                     return df.where(where) if where else df
 
                 def fenced() -> Any:
                     df = spark.read.format("fencedlake").option("warehouse", wh).load(TABLE)
+                    return df.where(where) if where else df
+
+                def fenced_filter() -> Any:
+                    reader = spark.read.format("fencedlake").option("warehouse", wh)
+                    df = (reader.option("filter", option) if option else reader).load(TABLE)
                     return df.where(where) if where else df
 
                 def table_read() -> Any:
@@ -168,6 +194,7 @@ def run(
                 return {
                     "native": native,
                     "fencedlake": fenced,
+                    "fencedlake filter option": fenced_filter,
                     "fencedlake read_table": table_read,
                     "python floor": floor,
                     "pyiceberg+createDataFrame": collected,
@@ -179,10 +206,12 @@ def run(
             if len(set(counts.values())) != 1 or (where is None and counts["native"] != rows):
                 raise BenchmarkError(f"{query}: readers disagree on the row count: {counts} (table rows {rows})")
             planned, total = _planned_files(wh, where)
+            by_option, _ = _planned_files(wh, where, ICEBERG_QUERIES[query])
             pyiceberg_files = len(list(table.scan(row_filter=_iceberg_filter(where)).plan_files()))
             files[query] = {
                 "native": f"{len(paths)} of {len(paths)}",
                 "fencedlake": f"{planned} of {total}",
+                "fencedlake filter option": f"{by_option} of {total}",
                 "fencedlake read_table": f"{len(paths)} of {total}",
                 "python floor": f"{len(paths)} of {len(paths)}",
                 "pyiceberg+createDataFrame": f"{pyiceberg_files} of {total}",
@@ -224,7 +253,9 @@ def run(
         "Every query writes all its columns to Spark's noop sink, so no reader can skip a column.",
         "fencedlake: Arrow batches decoded by pyiceberg's ArrowScan in Spark's Python workers; the selective query's "
         "filters reach it through spark.sql.python.filterPushdown.enabled (tune_session) and prune data files by "
-        "their ts statistics; Spark applies the filter again to every row it returns.",
+        "their ts statistics only where Spark plans every scan anew (not Spark 4.1-4.3: PROTOCOL.md section 14); "
+        "fencedlake filter option: the query as option('filter', ...), which prunes on every Spark; Spark applies "
+        "the filter again to every row it returns.",
     ]
     full = {r["reader"]: r for r in result.rows if r["query"] == "full scan"}
     result.notes.append(

@@ -7,7 +7,9 @@
 #   server, Azurite (Azure Blob), fake-gcs-server (GCS) and the Iceberg REST test catalog on
 #   127.0.0.1 (integration/services/*.sh), exports their connection settings, runs pytest,
 #   and stops every service on any exit (success, failure or Ctrl-C). Ports: FENCEDLAKE_IT_
-#   PG_PORT (54329), S3_PORT (54330), REST_PORT (54331), AZURE_PORT (54332), GCS_PORT (54333).
+#   PG_PORT (54329), S3_PORT (54330), REST_PORT (54331), AZURE_PORT (54332), GCS_PORT (54333);
+#   integration/test_connect.py and test_cluster.py start a Spark Connect server (CONNECT_PORT,
+#   54334) and a standalone cluster (MASTER_PORT, 54335, workers on the next two) themselves.
 #   FENCEDLAKE_IT_KEEP_SERVICES=1 leaves them running for a faster next run.
 # FENCEDLAKE_IT_TARGET=docker: starts nothing; expects FENCEDLAKE_IT_PG_URI,
 #   FENCEDLAKE_IT_S3_ENDPOINT, FENCEDLAKE_IT_S3_BUCKET and AWS_* from the environment
@@ -49,6 +51,9 @@ local)
             log "FENCEDLAKE_IT_KEEP_SERVICES=1: leaving services running"
         else
             log "stopping services"
+            # Started by their test modules (test_connect.py, test_cluster.py); stopped here too after a crash.
+            integration/services/connect.sh stop >/dev/null 2>&1 || true
+            integration/services/cluster.sh stop >/dev/null 2>&1 || true
             integration/services/rest.sh stop || true
             integration/services/gcs.sh stop || true
             integration/services/azurite.sh stop || true

@@ -3,8 +3,8 @@
 ``df.write.format("fencedlake")`` / ``df.writeStream.format("fencedlake")`` work
 with no registration (Spark registers ``DefaultSource`` of ``pyspark_*``
 modules). The public API: :func:`tune_session`, :func:`activate_session`,
-:func:`fencedlake_error` and the error kinds, :func:`compact`, :func:`read_table`
-(README; the protocol is docs/PROTOCOL.md). This module stays light — no
+:func:`fencedlake_error` and the error kinds, :func:`compact`, :func:`read_table`,
+:func:`register_view` (README; the protocol is docs/PROTOCOL.md). This module stays light — no
 pyiceberg, no catalog code — because Spark imports it in every Python worker.
 """
 
@@ -16,6 +16,7 @@ from pyspark_fenced_sink import errors
 from pyspark_fenced_sink.errors import *  # noqa: F403 - the error kinds are part of the public API
 from pyspark_fenced_sink.spark.datasource import FencedLakeDataSource
 from pyspark_fenced_sink.spark.session import activate_session
+from pyspark_fenced_sink.spark.sql import register_view
 from pyspark_fenced_sink.spark.tuning import tune_session
 from pyspark_fenced_sink.version import __version__
 
@@ -43,6 +44,7 @@ __all__ = [
     "activate_session",
     "compact",
     "read_table",
+    "register_view",
     "tune_session",
 ]
 __all__ += errors.__all__

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import shlex
 import sys
 import threading
 import time
@@ -325,9 +326,26 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"\nOK: exactly once -- {total} rows from {len(writers)} concurrent writers x {args.batches} batches, "
         f"none lost, none duplicated, the re-run added nothing ({elapsed:.0f} s).\n"
-        f"Inspect: fencedlake status {TABLE} --warehouse {warehouse}"
+        f"Inspect: {cli_command()} status {TABLE} --warehouse {warehouse}"
     )
     return 0
+
+
+def cli_command() -> str:
+    """How to run the ``fencedlake`` CLI of this interpreter, from any shell (no venv activated)."""
+    script = Path(sys.executable).parent / "fencedlake"  # the console script beside the venv's python
+    if script.is_file() and os.access(script, os.X_OK):
+        return shlex.quote(_shortest(script))
+    return f"{shlex.quote(_shortest(Path(sys.executable)))} -m pyspark_fenced_sink.ops.cli"
+
+
+def _shortest(path: Path) -> str:
+    """``path`` relative to the working directory when it is inside it, else absolute (not resolved: venvs)."""
+    absolute = Path(os.path.abspath(path))
+    try:
+        return str(absolute.relative_to(Path.cwd()))
+    except ValueError:
+        return str(absolute)
 
 
 if __name__ == "__main__":

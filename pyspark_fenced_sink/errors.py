@@ -22,6 +22,7 @@ __all__ = [
     "InvalidOptionsError",
     "ReadRefusedError",
     "SchemaMismatchError",
+    "ServiceError",
     "SkipRefused",
     "StoreError",
     "TableChangedError",
@@ -170,6 +171,21 @@ class StoreError(FencedLakeError):
     def __init__(self, message: str = "", *, ambiguous: bool = False, **fields: Any) -> None:
         super().__init__(message, ambiguous=ambiguous, **fields)
         self.ambiguous = ambiguous
+
+
+class ServiceError(FencedLakeError):
+    """A catalog or object store failed a request while a read, write or command was being planned.
+
+    Nothing was written: it happens before any write-ahead-log entry. ``service`` is ``catalog`` or
+    ``storage``, ``endpoint`` says where (secrets masked). ``retryable`` is set per error: true when
+    the service could not be reached, timed out or answered with a server error (repeat once it is
+    back; a wrong endpoint never comes back), false when it refused the credentials or the
+    configuration names something that does not exist (fix the configuration).
+    """
+
+    def __init__(self, message: str = "", *, retryable: bool = False, **fields: Any) -> None:
+        super().__init__(message, retryable=retryable, **fields)
+        self.retryable = retryable
 
 
 @contextmanager

@@ -61,3 +61,17 @@ def test_demo_refuses_a_non_empty_warehouse(tmp_path: Path) -> None:
     )
     assert proc.returncode != 0
     assert "is not empty" in proc.stderr
+
+
+def test_the_closing_hint_runs_the_cli_from_a_shell_without_the_venv(tmp_path: Path) -> None:
+    """The demo's "Inspect:" line names the fencedlake script of this interpreter's environment by path, so
+    it works in a shell that never activated the venv: run it with a PATH that holds no fencedlake."""
+    import shlex
+
+    from pyspark_fenced_sink.demo import cli_command
+
+    command = shlex.split(cli_command())
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
+    proc = subprocess.run([*command, "--version"], cwd=Path.cwd(), env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("fencedlake ")

@@ -8,7 +8,8 @@
 #             an unrelated process after a reboot: never signal that)
 #   HOST PORT where it listens
 # and calls `daemon_start CMD...` (the command must write "$READY" once it serves, or the
-# caller passes a readiness probe as DAEMON_PROBE, a shell command that succeeds when up),
+# caller passes a readiness probe as DAEMON_PROBE, a shell command that succeeds when up;
+# DAEMON_WAIT_S bounds the wait, default 60),
 # `daemon_stop`, `daemon_status`.
 
 PIDFILE="$DIR/$NAME.pid"
@@ -51,7 +52,7 @@ daemon_start() {  # daemon_start CMD... ; returns 1 if it was already running
     # setsid: the server outlives this shell and is not hit by the caller's Ctrl-C.
     setsid "$@" >>"$LOG" 2>&1 </dev/null &
     echo $! >"$PIDFILE"
-    for _ in $(seq 1 300); do  # up to 60 s
+    for _ in $(seq 1 $((${DAEMON_WAIT_S:-60} * 5))); do  # up to DAEMON_WAIT_S (60) s
         is_ready && break
         if ! kill -0 "$(cat "$PIDFILE")" 2>/dev/null; then
             tail -n 30 "$LOG" >&2 || true
@@ -59,7 +60,7 @@ daemon_start() {  # daemon_start CMD... ; returns 1 if it was already running
         fi
         sleep 0.2
     done
-    is_ready || { tail -n 30 "$LOG" >&2 || true; daemon_stop; die "$NAME not ready after 60 s"; }
+    is_ready || { tail -n 30 "$LOG" >&2 || true; daemon_stop; die "$NAME not ready after ${DAEMON_WAIT_S:-60} s"; }
     log "ready in $((SECONDS - t0)) s: pid $(cat "$PIDFILE")"
 }
 

@@ -10,6 +10,10 @@
   included, when :class:`TableCreation` says how and it is missing; its own
   settings checked) and the protocol context to commit to it. The write
   transaction, the CLI, compaction, tests and benchmarks all open tables here.
+
+Catalog and storage failures in both become ``ServiceError`` (endpoint named,
+secrets masked, retryable or not: ``iceberg.service_errors``); a table name whose
+namespace would shadow an existing table is refused (:func:`check_namespace`).
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from pyspark_fenced_sink.iceberg.codec.partitioning import parse_partition_by, s
 from pyspark_fenced_sink.iceberg.codec.write_properties import check_write_properties
 from pyspark_fenced_sink.iceberg.commit.manifests import merge_settings
 from pyspark_fenced_sink.iceberg.commit.table_port import IcebergTablePort
+from pyspark_fenced_sink.iceberg.service_errors import classify, service_errors
 from pyspark_fenced_sink.masking import redact
 from pyspark_fenced_sink.options.catalog import CatalogConfig
 from pyspark_fenced_sink.protocol.context import CommitContext
@@ -94,6 +99,9 @@ def load_catalog(config: CatalogConfig) -> Any:
         try:
             catalog = pyiceberg_load_catalog(config.name or "fencedlake", **config.properties)
         except Exception as e:  # noqa: BLE001 - pyiceberg raises ValueError, NotInstalledError, connection errors...
+            typed = classify(e, config, None)
+            if typed is not None:
+                raise typed from None
             raise InvalidOptionsError(
                 f"cannot load {config.describe()}: {type(e).__name__}: {_redacted_message(e, config)}"
             ) from None
@@ -110,6 +118,26 @@ def _redacted_message(error: BaseException, config: CatalogConfig) -> str:
         if value and masked[key] != value:
             text = text.replace(value, masked[key])
     return text
+
+
+def check_namespace(catalog: Any, name: str) -> None:
+    """Refuse to create table ``name`` in a namespace that shadows an existing table.
+
+    ``db.events.x`` beside a table ``db.events`` would otherwise create a namespace ``db.events`` whose
+    name reads as the table: almost always a typo (``db.events_x``) or a column taken for a table.
+
+    Raises:
+        InvalidOptionsError: a prefix of the namespace (of two parts or more) is a table.
+    """
+    parts = name.split(".")[:-1]
+    for end in range(2, len(parts) + 1):
+        prefix = ".".join(parts[:end])
+        if catalog.table_exists(prefix):
+            rest = "_".join(name.split(".")[end:])
+            raise InvalidOptionsError(
+                f"table name {name!r} would create namespace {prefix!r}, but {prefix!r} is a table: a namespace may "
+                f"not shadow a table; choose another name (e.g. {prefix}_{rest}); nothing was created"
+            )
 
 
 def _ensure_namespace(catalog: Any, namespace: tuple[str, ...]) -> None:
@@ -161,6 +189,7 @@ def _create(catalog: Any, name: str, creation: TableCreation) -> Any:
     schema = creation.schema()
     spec = parse_partition_by(creation.partition_by, schema)
     validate_table_properties(creation.properties)  # executors would fail after the table exists
+    check_namespace(catalog, name)
     _ensure_namespace(catalog, tuple(name.split(".")[:-1]))
     try:
         table = catalog.create_table(name, schema, partition_spec=spec, properties=dict(creation.properties))
@@ -270,12 +299,14 @@ def open_table(
         InvalidOptionsError: the catalog cannot be loaded, the table does not exist (and is not to be
             created), or it cannot be created as asked.
         TableChangedError: ``expected_uuid`` is given and the name no longer holds that table.
+        ServiceError: the catalog or its storage failed (nothing durable yet: a plain retry is safe).
     """
     catalog = load_catalog(config)
     port = IcebergTablePort(catalog, name)
-    raw = port.remember(
-        table if table is not None else _load_or_create(catalog, name, create, missing_hint, expected_uuid)
-    )
+    with service_errors(config, name):
+        raw = port.remember(
+            table if table is not None else _load_or_create(catalog, name, create, missing_hint, expected_uuid)
+        )
     loaded = port.table(raw)
     uuid = str(loaded.metadata.table_uuid)
     if check:

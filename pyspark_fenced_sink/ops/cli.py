@@ -159,6 +159,11 @@ def _cmd_status(args: argparse.Namespace) -> int:
             "note: entries 'decided' above (a re-run answered as a duplicate, its open barrier) add no data and "
             "are not stuck: the next commit on the table records them."
         )
+    if body["small_files"] and not args.json:
+        print(
+            "note: 'small' here is below --small-file-bytes; `fencedlake compact` rewrites files below 75% of the "
+            "target size, in partitions with at least --min-input-files (5) of them (its --dry-run says which)."
+        )
     if body["untuned_writes_in_recent_commits"] and not args.json:
         print(
             "note: some recent writes ran with Spark's per-row Arrow batch size check on (about half speed): call "
@@ -260,15 +265,29 @@ def _cmd_gc(args: argparse.Namespace) -> int:
     body = {"table": args.table, **asdict(report)}
     body["orphans"] = [{"path": p} for p in report.orphans]
     body["snapshots_expired"] = [{"snapshot_id": s} for s in report.snapshots_expired]
+    if args.dry_run and not args.json:  # the text says what would happen; the JSON keeps its keys (dry_run: true)
+        body = {_GC_DRY_RUN_WORDS.get(k, k): v for k, v in body.items()}
+    expired = "snapshots_would_expire" if args.dry_run and not args.json else "snapshots_expired"
     _emit(
         args,
         body,
         [
             ("orphan files" + (" (would remove)" if args.dry_run else " (removed)"), "orphans", ("path",)),
-            ("snapshots expired", "snapshots_expired", ("snapshot_id",)),
+            ("snapshots" + (" (would expire)" if args.dry_run else " expired"), expired, ("snapshot_id",)),
         ],
     )
+    if args.dry_run and not args.json:
+        print("dry run: nothing was changed")
     return 0
+
+
+#: gc's report keys, worded for a dry run's text output.
+_GC_DRY_RUN_WORDS = {
+    "expired_before": "would_expire_writes_opened_before",
+    "wal_truncated": "wal_entries_would_truncate",
+    "orphan_bytes": "orphan_bytes_would_remove",
+    "snapshots_expired": "snapshots_would_expire",
+}
 
 
 def _cmd_fence(args: argparse.Namespace) -> int:
@@ -364,9 +383,34 @@ _COMMANDS = {
 }
 
 
+def _fail(command: str, error: BaseException, code: int, as_json: bool) -> int:
+    """Report ``error``: a line on stderr, or (``--json``) a JSON object on stdout; returns ``code``."""
+    from pyspark_fenced_sink.masking import mask_secrets
+
+    if not as_json:
+        said = "not done" if code == EXIT_UNDONE else "error"
+        print(f"fencedlake {command}: {said}: {error}", file=sys.stderr)
+        return code
+    fields = error.fields if isinstance(error, FencedLakeError) else {}
+    body = {
+        "kind": type(error).__name__,
+        "message": mask_secrets(str(error)),
+        "retryable": bool(getattr(error, "retryable", False)),
+        "exit_status": code,
+        **{k: v for k, v in fields.items() if k not in ("retryable",)},
+    }
+    print(json.dumps({"command": command, "error": body}, indent=2, sort_keys=True, default=str))
+    return code
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the CLI; returns the exit status."""
-    args = build_parser().parse_args(argv)
+    """Run the CLI; returns the exit status (``ops.cli_args.EXIT_STATUSES``)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    as_json = "--json" in argv
+    try:
+        args = build_parser().parse_args(argv)
+    except FencedLakeError as e:  # a usage error
+        return _fail(next((a for a in argv if not a.startswith("-")), "fencedlake"), e, 2, as_json)
     try:
         code = _COMMANDS[args.command](args)
         sys.stdout.flush()  # inside the try: a reader that went away (`| head`) is a broken pipe, not a traceback
@@ -376,11 +420,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.dup2(devnull, sys.stdout.fileno())
         return EXIT_BROKEN_PIPE
     except CommitOutcomeUnknownError as e:
-        print(f"fencedlake {args.command}: not done: {e}", file=sys.stderr)
-        return EXIT_UNDONE
+        return _fail(args.command, e, EXIT_UNDONE, args.json)
     except FencedLakeError as e:
-        print(f"fencedlake {args.command}: error: {e}", file=sys.stderr)
-        return 2
+        return _fail(args.command, e, 2, args.json)
+    except Exception as e:
+        if not args.json:
+            raise
+        return _fail(args.command, e, 1, True)
 
 
 if __name__ == "__main__":

@@ -1,11 +1,37 @@
-"""The ``fencedlake`` command line's argument parser (PROTOCOL.md §8.1): one sub-parser per command."""
+"""The ``fencedlake`` command line's argument parser (PROTOCOL.md §8.1): one sub-parser per command.
+
+Every ``--help`` lists the exit statuses (:data:`EXIT_STATUSES`) and each option's
+default. A usage error raises ``InvalidOptionsError`` (exit 2) instead of printing,
+so ``--json`` can report it as JSON.
+"""
 
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import Any, NoReturn
 
-__all__ = ["build_parser"]
+from pyspark_fenced_sink.errors import InvalidOptionsError
+
+__all__ = ["EXIT_STATUSES", "build_parser"]
+
+#: Exit status -> meaning, for every command (``ops.cli`` returns them; ``--help`` lists them).
+EXIT_STATUSES = {
+    0: "done",
+    1: "an unexpected failure (a bug, or an error no other status covers)",
+    2: "bad input, a table or catalog that cannot be read, or control data that needs an operator "
+    "(the message names the object and the command)",
+    3: "work left undone: entries wait behind a missing WAL position, a barrier is durable but not committed, "
+    "or a compaction was refused (run it again)",
+}
+_EPILOG = "exit status:\n" + "\n".join(f"  {code}  {text}" for code, text in EXIT_STATUSES.items())
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error raises (the CLI reports it, as JSON with ``--json``)."""
+
+    def error(self, message: str) -> NoReturn:
+        raise InvalidOptionsError(f"{self.prog}: {message} (see {self.prog} --help)")
+
 
 _DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
@@ -94,16 +120,25 @@ def _version() -> str:
 
 def _command(sub: Any, name: str, common: argparse.ArgumentParser) -> argparse.ArgumentParser:
     help_text, description = _HELP[name]
-    parser: argparse.ArgumentParser = sub.add_parser(name, parents=[common], help=help_text, description=description)
+    parser: argparse.ArgumentParser = sub.add_parser(
+        name,
+        parents=[common],
+        help=help_text,
+        description=description,
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("table")
     return parser
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``fencedlake`` argument parser."""
-    common = argparse.ArgumentParser(add_help=False)
+    common = _Parser(add_help=False)
     common.add_argument(
-        "--catalog", help="a catalog configured the pyiceberg way (.pyiceberg.yaml, PYICEBERG_CATALOG__*)"
+        "--catalog",
+        help="a catalog configured the pyiceberg way (.pyiceberg.yaml, PYICEBERG_CATALOG__*) (default: the embedded "
+        "catalog of --warehouse)",
     )
     common.add_argument(
         "--catalog-prop",
@@ -112,11 +147,18 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="KEY=VALUE",
         help="a pyiceberg catalog property (type, uri, warehouse, s3.endpoint, ...); repeatable",
     )
-    common.add_argument("--warehouse", help="embedded default catalog's warehouse directory")
-    common.add_argument("--json", action="store_true", help="machine-readable JSON output")
-    parser = argparse.ArgumentParser(
+    common.add_argument(
+        "--warehouse",
+        help="embedded default catalog's warehouse directory (default: $FENCEDLAKE_WAREHOUSE, else "
+        "./fencedlake-warehouse)",
+    )
+    common.add_argument("--json", action="store_true", help="machine-readable JSON output, errors included")
+    parser = _Parser(
         prog="fencedlake",
-        description="Inspect and maintain Iceberg tables written by the fencedlake sink. Safe while writers run.",
+        description="Inspect and maintain Iceberg tables written by the fencedlake sink. Safe while writers run. "
+        "'fencedlake COMMAND --help' shows a command's options and their defaults.",
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"fencedlake {_version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -169,7 +211,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _compact_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--where", default=None, metavar="FILTER", help="only files that may hold rows matching FILTER")
+    p.add_argument(
+        "--where",
+        default=None,
+        metavar="FILTER",
+        help="only files that may hold rows matching FILTER (default: every live file of main)",
+    )
     p.add_argument(
         "--target-file-size", type=int, default=None, metavar="BYTES", help="output file size (default: the table's)"
     )

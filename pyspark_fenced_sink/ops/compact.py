@@ -17,6 +17,7 @@ CLI's ``compact`` command calls with a local Spark session.
 from __future__ import annotations
 
 import logging
+import pickle
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -31,7 +32,7 @@ from pyspark_fenced_sink.iceberg.catalogs import OpenedTable, open_table
 from pyspark_fenced_sink.iceberg.planning.scan import executor_metadata
 from pyspark_fenced_sink.ops.compact_plan import MIN_INPUT_FILES_DEFAULT, CompactionPlan, plan_compaction
 from pyspark_fenced_sink.ops.compact_task import rewrite_group, sort_columns
-from pyspark_fenced_sink.options.catalog import CATALOG, CATALOG_PREFIX, WAREHOUSE, catalog_config
+from pyspark_fenced_sink.options.catalog import CATALOG, CATALOG_PREFIX, WAREHOUSE, catalog_config, is_remote_session
 from pyspark_fenced_sink.options.common import validate_table_name
 from pyspark_fenced_sink.options.write import COMMIT_MAX_WAIT_MS, SinkOptions
 from pyspark_fenced_sink.protocol.entry import WriteMode
@@ -53,6 +54,9 @@ class CompactionResult:
 
     ``outcome`` is ``applied``, ``nothing-to-do``, ``dry-run`` or ``refused`` (the table changed under it:
     an input was removed, or gc expired it; its outputs were removed, nothing changed; ``detail`` says why).
+    ``small_files`` counts the files below 75% of the target size that could be rewritten, and
+    ``below_min_input_files`` those of them left alone because their partition has fewer than
+    ``min_input_files`` of them (``detail`` then says so).
     """
 
     table: str
@@ -67,6 +71,8 @@ class CompactionResult:
     seq: int | None = None
     detail: str = ""
     seconds: float = 0.0
+    small_files: int = 0
+    below_min_input_files: int = 0
 
 
 def local_runner(
@@ -81,18 +87,28 @@ def local_runner(
 
 
 def spark_runner(spark: Any) -> Runner:
-    """A runner that rewrites the groups in one Spark job of ``spark``, one task per group."""
+    """A runner that rewrites the groups in one Spark job of ``spark``, one task per group.
+
+    On a classic session the job is ``sparkContext.parallelize(groups).map(...)`` with progress from
+    Spark's status tracker. A Spark Connect session has no ``sparkContext``: there the job is
+    ``spark.range(groups).mapInArrow(...)`` (DataFrame API only; Connect clients have pandas, which
+    ``mapInArrow`` needs and a classic install may lack), each task returning its pickled
+    :class:`WriteResult`, and progress is logged when the job starts.
+    """
 
     def run(spec: WriteSpec, metadata: Any, plan: CompactionPlan, sort: Sequence[tuple[str, str]]) -> list[WriteResult]:
         tasks = [g.tasks for g in plan.groups]
 
-        def rewrite(i: int) -> WriteResult:
+        def rewrite(i: int) -> WriteResult:  # executors
             return rewrite_group(spec, metadata, tasks[i], task_info_from_spark(), sort)
 
+        if is_remote_session(spark):
+            logger.info("fencedlake compact %s: rewriting %d group(s) in one Spark job", spec.table, len(tasks))
+            return _remote_job(spark, rewrite, len(tasks))
         sc = spark.sparkContext
         done = threading.Event()
-        watcher = threading.Thread(target=_report_progress, args=(sc, spec.table, len(tasks), done), daemon=True)
-        watcher.start()
+        args = (sc.statusTracker(), spec.table, len(tasks), done)
+        threading.Thread(target=_report_progress, args=args, daemon=True).start()
         try:
             results: list[WriteResult] = sc.parallelize(range(len(tasks)), len(tasks)).map(rewrite).collect()
         finally:
@@ -102,9 +118,25 @@ def spark_runner(spark: Any) -> Runner:
     return run
 
 
-def _report_progress(sc: Any, table: str, total: int, done: threading.Event) -> None:
+def _remote_job(spark: Any, rewrite: Callable[[int], WriteResult], count: int) -> list[WriteResult]:
+    """Run ``rewrite`` for groups ``0..count-1`` as ``mapInArrow`` tasks (a Spark Connect session)."""
+
+    def tasks(batches: Any) -> Any:  # executors: one group per input row
+        import pickle
+
+        import pyarrow as pa
+
+        for batch in batches:
+            for i in batch.column(0).to_pylist():
+                yield pa.RecordBatch.from_pydict({"group": [i], "result": [pickle.dumps(rewrite(i))]})
+
+    rows = spark.range(0, count, 1, count).mapInArrow(tasks, "group long, result binary").collect()
+    results = {int(r["group"]): pickle.loads(r["result"]) for r in rows}  # our own tasks' results
+    return [results[i] for i in range(count)]
+
+
+def _report_progress(tracker: Any, table: str, total: int, done: threading.Event) -> None:
     """Log how many groups the running Spark stages finished, every ``PROGRESS_EVERY_S``."""
-    tracker = sc.statusTracker()
     while not done.wait(PROGRESS_EVERY_S):
         finished = 0
         for stage in tracker.getActiveStageIds():
@@ -133,7 +165,17 @@ def compact_table(
     started = time.monotonic()
     table = opened.table
     plan = plan_compaction(table, name, where=where, target_file_size=target_file_size, min_input_files=min_input_files)
-    base = CompactionResult(name, "dry-run", plan.snapshot_id, len(plan.groups), plan.input_files, plan.input_bytes)
+    base = CompactionResult(
+        name,
+        "dry-run",
+        plan.snapshot_id,
+        len(plan.groups),
+        plan.input_files,
+        plan.input_bytes,
+        small_files=plan.small_files,
+        below_min_input_files=plan.below_min_input_files,
+        detail=_left_alone(plan, min_input_files),
+    )
     logger.info(
         "fencedlake compact %s: %d of %d planned files in %d group(s) to rewrite (%d bytes, target %d bytes); "
         "%d small file(s) with delete files and %d of an older partition spec left alone",
@@ -188,15 +230,30 @@ def compact_table(
     return out
 
 
+def _left_alone(plan: CompactionPlan, min_input_files: int) -> str:
+    """Why small files are not rewritten ("" if every one is)."""
+    if not plan.below_min_input_files:
+        return ""
+    return (
+        f"{plan.below_min_input_files} small file(s) in {plan.partitions_below_min_input_files} partition(s) left "
+        f"alone: a partition is compacted once it has min_input_files={min_input_files} files below 75% of the "
+        f"target size ({plan.target_file_size} bytes); lower min_input_files (--min-input-files) to rewrite them"
+    )
+
+
 def _done(base: CompactionResult, outcome: str, started: float, **changes: Any) -> CompactionResult:
     return replace(base, outcome=outcome, seconds=round(time.monotonic() - started, 3), **changes)
 
 
-def open_for_compaction(table: str, options: Mapping[str, str]) -> OpenedTable:
+def open_for_compaction(table: str, options: Mapping[str, str], *, remote: bool = False) -> OpenedTable:
     """Open ``table`` with the sink's catalog options (``catalog``, ``catalog.*``, ``warehouse``, commit wait).
+
+    ``remote``: the session is a Spark Connect client's (``options.catalog_config``: the embedded catalog
+    then needs an absolute warehouse).
 
     Raises:
         InvalidOptionsError: an unknown option, or a catalog or table that cannot be opened.
+        ServiceError: the catalog or its storage failed.
     """
     known = {CATALOG, WAREHOUSE, COMMIT_MAX_WAIT_MS}
     unknown = sorted(k for k in options if k not in known and not k.startswith(CATALOG_PREFIX))
@@ -205,7 +262,7 @@ def open_for_compaction(table: str, options: Mapping[str, str]) -> OpenedTable:
             f"compact got unknown option(s) {unknown}: expected {sorted(known)} or {CATALOG_PREFIX}<key>"
         )
     props = {k[len(CATALOG_PREFIX) :]: str(v) for k, v in options.items() if k.startswith(CATALOG_PREFIX)}
-    config = catalog_config(options.get(CATALOG), props, options.get(WAREHOUSE))
+    config = catalog_config(options.get(CATALOG), props, options.get(WAREHOUSE), remote=remote)
     wait = options.get(COMMIT_MAX_WAIT_MS)
     return open_table(config, validate_table_name(table), max_wait_ms=None if wait is None else int(wait))
 
@@ -222,6 +279,10 @@ def compact(
 ) -> CompactionResult:
     """Compact ``table``'s small data files with ``spark`` (see the README, "Compaction").
 
+    Works on classic and Spark Connect sessions. Planning and the commit run in this process (like the
+    CLI), so it needs the catalog and the table's storage from here; on a Connect session the embedded
+    catalog needs an absolute ``warehouse`` (the server resolves a relative one where it was started).
+
     Args:
         spark: The SparkSession whose executors rewrite the files (one task per group).
         table: The table (``namespace.name``).
@@ -235,7 +296,7 @@ def compact(
         What was done; ``outcome == "refused"`` if the table changed under it (nothing lost; run it again).
     """
     logs.configure_from_env()
-    opened = open_for_compaction(table, options)
+    opened = open_for_compaction(table, options, remote=is_remote_session(spark))
     return compact_table(
         opened,
         table,

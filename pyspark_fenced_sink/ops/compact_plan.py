@@ -79,6 +79,10 @@ class CompactionPlan:
         live_files: Data files planned (matching the filter).
         skipped_with_deletes: Small files left alone because delete files apply to them.
         skipped_other_spec: Small files left alone because they are under another partition spec.
+        small_files: Small files that could be rewritten (default spec, no delete files).
+        below_min_input_files: Those of them left alone because their partition has fewer than
+            ``min_input_files`` small files.
+        partitions_below_min_input_files: How many partitions that is.
     """
 
     snapshot_id: int | None
@@ -87,6 +91,9 @@ class CompactionPlan:
     live_files: int
     skipped_with_deletes: int = 0
     skipped_other_spec: int = 0
+    small_files: int = 0
+    below_min_input_files: int = 0
+    partitions_below_min_input_files: int = 0
 
     @property
     def input_files(self) -> int:
@@ -207,4 +214,15 @@ def plan_compaction(
                     tuple(sorted(d.file_path for t in packed for d in t.delete_files)),
                 )
             )
-    return CompactionPlan(snapshot.snapshot_id, target, tuple(groups), len(planned), with_deletes, other_spec)
+    below = [len(tasks) for tasks in by_partition.values() if len(tasks) < min_input_files]
+    return CompactionPlan(
+        snapshot.snapshot_id,
+        target,
+        tuple(groups),
+        len(planned),
+        with_deletes,
+        other_spec,
+        small_files=sum(len(tasks) for tasks in by_partition.values()),
+        below_min_input_files=sum(below),
+        partitions_below_min_input_files=len(below),
+    )

@@ -62,7 +62,11 @@ def table_name(options: Mapping[str, str]) -> str:
     if not name:
         raise InvalidOptionsError(
             'no table given: use .save("namespace.table") (writes), .load("namespace.table") (reads) '
-            'or .option("table", "namespace.table")'
+            'or .option("table", "namespace.table"). From SQL (INSERT INTO, SELECT) or writeTo(): Spark passes a '
+            "Python data source no options for a table in its catalog (CREATE TABLE ... USING fencedlake, "
+            "writeTo(...).create()); declare the table for the session instead: CREATE TEMPORARY VIEW events "
+            "USING fencedlake OPTIONS (table 'db.events', ...) or pyspark_fenced_sink.register_view(spark, "
+            '"events", "db.events", ...)'
         )
     return validate_table_name(name)
 

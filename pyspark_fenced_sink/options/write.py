@@ -4,7 +4,9 @@
 returns a frozen :class:`SinkOptions` of typed values (the write mode is a
 ``protocol.entry.WriteMode``); a bad option raises ``InvalidOptionsError``
 naming the key, the value found and what is expected. The README's option table
-is the reference for users.
+is the reference for users. Iceberg's write property names are accepted as this
+write's file settings (:data:`ICEBERG_WRITE_ALIASES`); other tools' names that mean
+something else are refused naming fencedlake's (:data:`FOREIGN_WRITE_OPTIONS`).
 """
 
 from __future__ import annotations
@@ -21,7 +23,14 @@ from pyspark_fenced_sink.protocol.entry import WriteMode
 from pyspark_fenced_sink.protocol.fencing import WRITER_ID_PATTERN, validate_writer_id
 from pyspark_fenced_sink.protocol.reconcile import MAX_GROUP_DEFAULT
 
-__all__ = ["WRITE_KEYS", "SinkOptions", "parse_write_options"]
+__all__ = [
+    "FOREIGN_WRITE_OPTIONS",
+    "ICEBERG_WRITE_ALIASES",
+    "WRITE_KEYS",
+    "SinkOptions",
+    "is_write_option",
+    "parse_write_options",
+]
 
 CREATE_TABLE = "create-table"
 CREATE_TABLE_DEFAULT = True
@@ -45,6 +54,26 @@ UPSERT_KEYS = "upsert-keys"
 UPSERT_ORDER = "upsert-order"
 UPSERT_DELETE_WHERE = "upsert-delete-where"
 SNAPSHOT_PROPERTY_PREFIX = "snapshot-property."
+#: Iceberg's table write properties a write may also take as options (for that write only; the table's otherwise).
+WRITE_TARGET_FILE_SIZE = "write.target-file-size-bytes"
+WRITE_PARQUET_PREFIX = "write.parquet."
+#: Iceberg's Spark write options with the same meaning -> the write property they set.
+ICEBERG_WRITE_ALIASES = {
+    "target-file-size-bytes": WRITE_TARGET_FILE_SIZE,
+    "compression-codec": "write.parquet.compression-codec",
+    "compression-level": "write.parquet.compression-level",
+}
+#: Other tools' write option names (lower-cased, as Spark passes them) -> what fencedlake says instead.
+FOREIGN_WRITE_OPTIONS = {
+    "replacewhere": REPLACE_WHERE,
+    "partitionoverwritemode": OVERWRITE_MODE,
+    "txnappid": WRITER_ID,
+    "txnversion": WRITER_BATCH_ID,
+    "mergeschema": MERGE_SCHEMA,
+    "usermetadata": SNAPSHOT_PROPERTY_PREFIX + "<key>",
+    "overwriteschema": f"nothing: fencedlake never replaces a table's schema ({MERGE_SCHEMA} adds columns)",
+    "partitionby": f"{PARTITION_BY} (Iceberg transforms, e.g. 'day(ts)')",
+}
 
 #: Every plain write option key (prefixed keys: ``catalog.``, ``table.``, ``snapshot-property.``).
 WRITE_KEYS = frozenset(
@@ -96,6 +125,8 @@ class SinkOptions:
         upsert_keys: ``upsert-keys``: the key columns as given (None: the table's identifier fields).
         upsert_order: ``upsert-order``: the column whose greatest value wins per key, if any.
         upsert_delete_where: ``upsert-delete-where``: the filter of rows that delete their key, if any.
+        write_properties: Iceberg write properties given as options (``write.target-file-size-bytes``,
+            ``write.parquet.*``, or Iceberg's Spark option names for them): this write's files only.
     """
 
     table: str
@@ -116,6 +147,7 @@ class SinkOptions:
     upsert_keys: tuple[str, ...] | None = None
     upsert_order: str | None = None
     upsert_delete_where: str | None = None
+    write_properties: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def upsert(self) -> bool:
@@ -128,12 +160,20 @@ class SinkOptions:
             f"writer_id={self.writer_id!r}, batch_id={self.batch_id!r})"
         )
 
+    def file_properties(self, table_properties: Mapping[str, str]) -> dict[str, str]:
+        """The write properties this write's files are written with: the table's, then the write's options."""
+        return {**table_properties, **self.write_properties}
+
     def write_mode(self, overwrite: bool) -> WriteMode:
         """How a write that Spark says overwrites (or not) changes the table (PROTOCOL.md §5.1).
 
+        ``overwrite-mode`` says what an overwrite replaces and is ignored by a write that appends (as
+        Spark's ``partitionOverwriteMode``), so one SQL view's options serve ``INSERT INTO`` and
+        ``INSERT OVERWRITE``; ``replace-where`` also constrains the rows written and is refused there.
+
         Raises:
-            InvalidOptionsError: ``overwrite-mode`` or ``replace-where`` on a write that appends; an
-                ``upsert-*`` option on a write that overwrites.
+            InvalidOptionsError: ``replace-where`` on a write that appends; an ``upsert-*`` option on a
+                write that overwrites.
         """
         if self.upsert:
             if overwrite:
@@ -144,11 +184,11 @@ class SinkOptions:
                 )
             return WriteMode.UPSERT
         if not overwrite:
-            given = [k for k, v in ((OVERWRITE_MODE, self.overwrite_mode), (REPLACE_WHERE, self.replace_where)) if v]
-            if given:
+            if self.replace_where:
                 raise InvalidOptionsError(
-                    f'option {given[0]} applies to writes that overwrite (batch .mode("overwrite"), streaming '
-                    '.outputMode("complete")), but this write appends: drop the option or overwrite'
+                    f'option {REPLACE_WHERE} applies to writes that overwrite (batch .mode("overwrite"), SQL '
+                    'INSERT OVERWRITE, streaming .outputMode("complete")), but this write appends: drop the option '
+                    "or overwrite"
                 )
             return WriteMode.APPEND
         if self.replace_where is not None:
@@ -268,21 +308,42 @@ def _failpoints(opts: Mapping[str, str]) -> str:
     return spec
 
 
+def is_write_option(key: str) -> bool:
+    """True for a (lower-cased) key of the sink's options (reads ignore them: one SQL view serves both)."""
+    return (
+        key in WRITE_KEYS
+        or key in ICEBERG_WRITE_ALIASES
+        or key == WRITE_TARGET_FILE_SIZE
+        or key.startswith((TABLE_PROPERTY_PREFIX, SNAPSHOT_PROPERTY_PREFIX, WRITE_PARQUET_PREFIX))
+    )
+
+
+def _write_properties(opts: Mapping[str, str]) -> dict[str, str]:
+    """Iceberg write properties given as options (also by Iceberg's Spark write option names), for this write."""
+    out: dict[str, str] = {}
+    for key, value in opts.items():
+        prop = ICEBERG_WRITE_ALIASES.get(key, key)
+        if prop == WRITE_TARGET_FILE_SIZE or prop.startswith(WRITE_PARQUET_PREFIX):
+            if prop in out and out[prop] != value:
+                raise InvalidOptionsError(f"options {key} and {prop} both given, with different values: give one")
+            out[prop] = value
+    return out
+
+
 def parse_write_options(options: Mapping[str, str], *, streaming: bool = False) -> SinkOptions:
     """Validate Spark's options for a write; raise InvalidOptionsError on the first problem."""
     opts = lowered(options)
     unknown = sorted(
-        k
-        for k in opts
-        if k not in WRITE_KEYS
-        and k not in SPARK_PASSED
-        and not k.startswith((CATALOG_PREFIX, TABLE_PROPERTY_PREFIX, SNAPSHOT_PROPERTY_PREFIX))
+        k for k in opts if not is_write_option(k) and k not in SPARK_PASSED and not k.startswith(CATALOG_PREFIX)
     )
     if unknown:
+        hints = [f"{k} -> {FOREIGN_WRITE_OPTIONS[k]}" for k in unknown if k in FOREIGN_WRITE_OPTIONS]
+        said = f" (other tools' names; fencedlake's: {'; '.join(hints)})" if hints else ""
         raise InvalidOptionsError(
-            f"unknown option(s) {', '.join(unknown)}: expected one of {', '.join(sorted(WRITE_KEYS))}, "
+            f"unknown option(s) {', '.join(unknown)}{said}: expected one of {', '.join(sorted(WRITE_KEYS))}, "
             f"or {CATALOG_PREFIX}<pyiceberg property>, {TABLE_PROPERTY_PREFIX}<table property>, "
-            f"{SNAPSHOT_PROPERTY_PREFIX}<summary key>"
+            f"{SNAPSHOT_PROPERTY_PREFIX}<summary key>, {WRITE_TARGET_FILE_SIZE}, {WRITE_PARQUET_PREFIX}<property> "
+            "(this write's files)"
         )
     table_properties = {
         k[len(TABLE_PROPERTY_PREFIX) :]: v for k, v in opts.items() if k.startswith(TABLE_PROPERTY_PREFIX)
@@ -326,4 +387,5 @@ def parse_write_options(options: Mapping[str, str], *, streaming: bool = False) 
         upsert_keys=upsert_keys,
         upsert_order=upsert_order,
         upsert_delete_where=upsert_delete_where,
+        write_properties=_write_properties(opts),
     )

@@ -24,7 +24,14 @@ class FencedLakeDataSource(DataSource):
         spark.read.format("fencedlake").option("snapshot-id", 123).load("db.events")
         spark.readStream.format("fencedlake").load("db.events")
 
-    or explicitly: ``spark.dataSource.register(FencedLakeDataSource)``.
+    or explicitly: ``spark.dataSource.register(FencedLakeDataSource)``. From SQL, declare a
+    table for the session (Spark passes a Python data source no options for a table in its
+    catalog, so ``CREATE TABLE ... USING fencedlake`` is refused)::
+
+        CREATE TEMPORARY VIEW events USING fencedlake OPTIONS (table 'db.events')
+        INSERT INTO events SELECT ...;  INSERT OVERWRITE events SELECT ...;  SELECT * FROM events
+
+    (or ``pyspark_fenced_sink.register_view(spark, "events", "db.events")``).
 
     Throughput: call ``pyspark_fenced_sink.tune_session(spark)`` once on the driver
     (or pass ``--conf spark.sql.execution.arrow.maxBytesPerBatch=2147483647``): with
@@ -83,7 +90,9 @@ class FencedLakeDataSource(DataSource):
     def schema(self) -> Any:
         """The table's Spark schema (Spark calls this on the driver when a read names no schema)."""
         from pyspark_fenced_sink.spark.reader import table_schema
+        from pyspark_fenced_sink.spark.sql import refuse_catalog_table
 
+        refuse_catalog_table(self.options)
         return table_schema(self.options)
 
     def reader(self, schema: Any) -> DataSourceReader:

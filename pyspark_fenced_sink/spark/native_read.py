@@ -5,7 +5,8 @@ files to ``spark.read.parquet`` with the table's schema and each column's
 Iceberg field id (``spark.sql.parquet.fieldId.read.enabled``), so columns match by
 id. Wherever the rows could differ (delete files, a name mapping, ``uuid``/
 ``time``/v3 columns or defaults, non-local files, glob characters, the field-id
-conf off) it falls back to the data source and logs why; ``native=True`` raises
+conf off, a ``filter`` option: the data source applies it to every row) it falls back to the
+data source and logs why; ``native=True`` raises
 the reason instead. Measured in docs/benchmarks.md §7.
 """
 
@@ -146,12 +147,14 @@ def plan_native_read(spark: Any, table: str, *, native: bool | str = "auto", **o
         plan_incremental,
         resolve_point,
     )
+    from pyspark_fenced_sink.options.catalog import is_remote_session
     from pyspark_fenced_sink.options.read import parse_read_options
     from pyspark_fenced_sink.spark.schema_from_iceberg import spark_schema_from_iceberg
 
     if native not in _NATIVE_MODES:
         raise InvalidOptionsError(f"native={native!r}: expected 'auto', True or False")
-    opts = parse_read_options({**_text(options), "table": table}, streaming=False)
+    remote = is_remote_session(spark)  # Spark Connect: this process plans; the server reads the files
+    opts = parse_read_options({**_text(options), "table": table}, streaming=False, remote=remote)
     iceberg = open_read_table(opts)
     point: ReadPoint
     tasks: list[Any] = []
@@ -161,6 +164,8 @@ def plan_native_read(spark: Any, table: str, *, native: bool | str = "auto", **o
         point = resolve_point(iceberg, opts)
     # The obstacles that need no plan first: a read that falls back plans once, in the data source.
     reason = "native=False" if native is False else _table_obstacle(iceberg, point.schema)
+    if not reason and opts.row_filter is not None:  # Spark's reader would return the kept files' other rows
+        reason = "a filter option: the data source applies it to the rows exactly (and skips the files it excludes)"
     if not reason and not opts.incremental:
         tasks = plan_files(iceberg, point, AlwaysTrue(), opts.table)
     paths = tuple(t.file.file_path for t in tasks)
@@ -196,7 +201,9 @@ def read_table(spark: Any, table: str, *, native: bool | str = "auto", **options
     """A DataFrame of ``table``'s rows: Spark's Parquet reader where that is exact, else the fencedlake source.
 
     Same options and rows as ``spark.read.format("fencedlake").options(**options).load(table)``;
-    see the module docstring for when the faster native path is taken and what differs.
+    see the module docstring for when the faster native path is taken and what differs. Works on
+    Spark Connect sessions: the plan is made in this process, so the catalog must be reachable from
+    here and the embedded catalog needs an absolute ``warehouse``.
     Python keyword names cannot hold dashes: pass dashed options as ``**{"snapshot-id": 5}``.
 
     Raises:

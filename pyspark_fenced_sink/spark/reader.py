@@ -6,6 +6,16 @@ pushdown planner gets the filtering reader) -> ``partitions`` (plan, prune,
 pack into splits) -> ``read`` per split (executors, ``read.task``). A
 user-given schema is the projection: Spark has no column-pruning hook for
 Python sources.
+
+Spark 4.1 to 4.3 keep the read planned for a relation's first query on the
+relation itself and reuse it for every later query of the same DataFrame or SQL
+view that pushes no filter (``PythonDataSourceV2.readInfo``; moved onto the scan
+in a later Spark, together with its limit pushdown API): a read pruned by one
+query's filters would return too few rows to the next (measured on 4.3.0:
+``df.where("id < 10").count()`` then ``df.count()`` gave 10 and 10). So on those
+versions (:data:`PUSHED_FILTERS_PRUNE` is false) pushed filters prune nothing,
+and the ``filter`` read option — part of what the DataFrame *is*, so every query
+of it agrees — is the way to skip files (``open_read``).
 """
 
 from __future__ import annotations
@@ -26,6 +36,7 @@ from pyspark_fenced_sink.options.read import ReadOptions, parse_read_options
 from pyspark_fenced_sink.read.task import ReadSpec, read_files
 
 __all__ = [
+    "PUSHED_FILTERS_PRUNE",
     "FencedLakeFilteringReader",
     "FencedLakeReader",
     "FencedLakeSplit",
@@ -40,6 +51,9 @@ logger = logging.getLogger(__name__)
 
 #: The module Spark runs ``pushFilters`` in (``spark.sql.python.filterPushdown.enabled=true``).
 _PUSHDOWN_PLANNER = "pyspark.sql.worker.data_source_pushdown_filters"
+#: True when Spark plans every scan anew, so a query's pushed filters may prune files (the Spark that has
+#: the limit pushdown API keeps a pushdown's read plan on its scan, not on the relation: see the module docstring).
+PUSHED_FILTERS_PRUNE = hasattr(DataSourceReader, "pushLimit")
 
 
 class FencedLakeSplit(InputPartition):
@@ -117,6 +131,11 @@ def open_read(options: Any, schema: Any, *, streaming: bool) -> tuple[ReadOption
         point = resolve_point(table, opts)
     full = spark_schema_from_iceberg(point.schema)
     projection = point.schema if schema == full else project_user_schema(schema, point.schema, opts.table)
+    row_filter: BooleanExpression = AlwaysTrue()
+    if opts.row_filter is not None:
+        from pyspark_fenced_sink.iceberg.codec.row_filter import read_filter
+
+        row_filter = read_filter(opts.row_filter, point.schema)
     spec = ReadSpec(
         table=opts.table,
         metadata=executor_metadata(table.metadata, point.schema),
@@ -124,6 +143,7 @@ def open_read(options: Any, schema: Any, *, streaming: bool) -> tuple[ReadOption
         spark_schema_json=schema.json(),
         io_properties=io_properties(table),
         text_uuids=_has_uuid(projection),
+        row_filter=row_filter,
     )
     return opts, table, point, spec
 
@@ -195,13 +215,26 @@ class FencedLakeFilteringReader(FencedLakeReader):
     """The reader Spark's filter-pushdown planner gets: it prunes files with the query's filters."""
 
     def pushFilters(self, filters: list[Any]) -> list[Any]:  # noqa: N802 - Spark's name
-        """Translate what can be translated for pruning; every filter stays with Spark to apply exactly."""
+        """Translate what can be translated for pruning; every filter stays with Spark to apply exactly.
+
+        Prunes nothing where Spark reuses this plan for later queries of the relation (module docstring).
+        """
         import dataclasses
+
+        from pyiceberg.expressions import And
 
         from pyspark_fenced_sink.spark.filters_to_iceberg import to_iceberg
 
+        if not PUSHED_FILTERS_PRUNE:
+            logger.info(
+                "fencedlake: %d pushed filters of %s prune nothing: this Spark reuses a relation's read plan for its "
+                "later queries, which pruning would starve of rows; the read option filter skips files safely",
+                len(filters),
+                self.opts.table,
+            )
+            return list(filters)
         expression, used = to_iceberg(filters, self.spec.projection)
-        self.spec = dataclasses.replace(self.spec, row_filter=expression)
+        self.spec = dataclasses.replace(self.spec, row_filter=And(self.spec.row_filter, expression))
         logger.info("fencedlake: %d of %d pushed filters prune files of %s", len(used), len(filters), self.opts.table)
         return list(filters)
 

@@ -4,15 +4,23 @@
 per-row batch-size check that halves any Python sink's speed;
 ``spark.sql.python.filterPushdown.enabled=true`` gives Python sources the
 query's filters. The sink cannot set either itself (it runs in Python workers
-with no handle on the session). Measurements: docs/benchmarks.md §1. Imports
-only the standard library: Spark imports the package in every Python worker.
+with no handle on the session). Measurements: docs/benchmarks.md §1.
+:func:`tune_session` also checks that Spark finds ``format("fencedlake")`` at all
+(:func:`check_data_source`): with Spark's Python workers on an interpreter
+without the package, every read and write fails with ``DATA_SOURCE_NOT_FOUND``
+and no hint. Imports only the standard library and ``errors``: Spark imports the
+package in every Python worker.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import re
+import sys
 from typing import Any
+
+from pyspark_fenced_sink.errors import FencedLakeError
 
 __all__ = [
     "ARROW_MAX_BYTES_PER_BATCH",
@@ -20,6 +28,7 @@ __all__ = [
     "SPARK_DEFAULT_BATCH_BYTES",
     "UNBOUNDED_BATCH_BYTES",
     "batch_check_active",
+    "check_data_source",
     "tune_session",
 ]
 
@@ -53,21 +62,63 @@ def batch_check_active(value: str | None) -> bool:
     return _bytes(value) != UNBOUNDED_BATCH_BYTES if value is not None else True
 
 
-def tune_session(spark: Any, *, force: bool = False) -> dict[str, str]:
+def _workers_python(spark: Any) -> str:
+    """What is known here about the interpreter Spark's Python workers run."""
+    if type(spark).__module__.startswith("pyspark.sql.connect"):
+        return "the Python the Spark Connect server's workers run (PYSPARK_PYTHON where the server was started)"
+    executable = getattr(getattr(spark, "sparkContext", None), "pythonExec", None)
+    source = "PYSPARK_PYTHON" if os.environ.get("PYSPARK_PYTHON") else "PYSPARK_PYTHON is unset"
+    return f"{executable or 'python3'} ({source}); this program runs {sys.executable}"
+
+
+def check_data_source(spark: Any) -> None:
+    """Raise if ``spark`` cannot find ``format("fencedlake")`` (``DATA_SOURCE_NOT_FOUND``), naming the fix.
+
+    Spark looks a Python data source up in its Python workers (it imports every top-level
+    ``pyspark_*`` module there): if their interpreter lacks the package, every read and write fails.
+    A write also looks it up in the calling thread's active session, which a new Python thread lacks
+    (reads use the session itself), so the probe is a write: of no rows and with no table, which the
+    sink refuses ("no table given") before anything is created. One planning round trip to a
+    Python worker.
+
+    Raises:
+        FencedLakeError: the data source is not found (not retryable: fix the workers' interpreter).
+    """
+    try:
+        spark.range(0).write.format("fencedlake").mode("append").save()
+    except Exception as e:  # noqa: BLE001 - Spark's wrapped errors: only DATA_SOURCE_NOT_FOUND matters here
+        if "DATA_SOURCE_NOT_FOUND" not in str(e):
+            return  # the source answered (with "no table given"): it is found
+        raise FencedLakeError(
+            "Spark cannot find the data source fencedlake (DATA_SOURCE_NOT_FOUND): Spark's Python workers must be "
+            f"able to import pyspark_fenced_sink, and they run {_workers_python(spark)}. Set PYSPARK_PYTHON to an "
+            "interpreter that has the package (e.g. the venv's bin/python) before the session starts, or install "
+            "pyspark-fenced-sink where they run. In a thread other than the one that created the session, call "
+            "pyspark_fenced_sink.activate_session(spark) first."
+        ) from None
+
+
+def tune_session(spark: Any, *, force: bool = False, check: bool = True) -> dict[str, str]:
     """Turn off Spark's per-row Arrow batch size check and turn on Python filter pushdown in ``spark``.
 
     Changes :data:`ARROW_MAX_BYTES_PER_BATCH` only while it holds Spark's default (64 MiB), so a
     value the user chose is kept unless ``force`` is true; sets :data:`PYTHON_FILTER_PUSHDOWN` to
-    true (see the module docstring). Uses only ``spark.conf``, which Spark Connect sessions have as
-    well (tested with classic sessions). Safe to call more than once.
+    true (see the module docstring). Uses only ``spark.conf`` and the DataFrame API, so it works on
+    Spark Connect sessions too. Safe to call more than once.
 
     Args:
         spark: the SparkSession that will run the writes and reads.
         force: set the batch size even if the session holds a non-default one.
+        check: first check that Spark finds ``format("fencedlake")`` (:func:`check_data_source`).
 
     Returns:
         The settings changed, ``{key: new value}`` (empty if nothing changed).
+
+    Raises:
+        FencedLakeError: ``check`` and Spark cannot find the data source (the message names the fix).
     """
+    if check:
+        check_data_source(spark)
     changed: dict[str, str] = {}
     if str(spark.conf.get(PYTHON_FILTER_PUSHDOWN, None)).lower() != "true":
         spark.conf.set(PYTHON_FILTER_PUSHDOWN, "true")

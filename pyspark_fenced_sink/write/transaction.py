@@ -116,7 +116,7 @@ class WriteTransaction:
             WriteRejectedError: a ``replace-where`` that a live file straddles.
             TableChangedError: the table's schema kept changing while columns were merged (retryable).
         """
-        from pyspark_fenced_sink.iceberg.catalogs import TableCreation, open_table
+        from pyspark_fenced_sink.iceberg.catalogs import TableCreation, open_table, validate_table_properties
         from pyspark_fenced_sink.iceberg.codec.row_filter import bind_row_filter
 
         logs.configure_from_env()
@@ -134,6 +134,8 @@ class WriteTransaction:
             max_group=opts.commit_max_group_size,
         )
         opened = _conform_schema(opened, schema, opts)
+        if opts.write_properties:  # this write's write.* options, checked with the table's properties
+            validate_table_properties(opts.file_properties(opened.table.properties))
         _check_target(opened, opts, mode)
         return cls.open(opened, opts, mode, streaming=streaming)
 
@@ -151,7 +153,8 @@ class WriteTransaction:
     ) -> WriteTransaction:
         """Open a writer on ``opened`` (the table as just read) and build the executor spec.
 
-        ``properties`` override table properties for this write's files (compaction's target size).
+        ``properties`` override table properties for this write's files (compaction's target size), after
+        the write's own ``write.*`` options (``SinkOptions.file_properties``).
         An upsert's keys are resolved here (``iceberg.commit.upsert_plan``).
         """
         upsert = None
@@ -181,7 +184,7 @@ class WriteTransaction:
             spec_id=metadata.default_spec_id,
             table_uuid=uuid,
             format_version=metadata.format_version,
-            properties={**metadata.properties, **(properties or {})},
+            properties={**opts.file_properties(metadata.properties), **(properties or {})},
             io_properties=io_properties(table),
             tag=tag,
             streaming=streaming,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import threading
 from typing import Any
 
@@ -51,3 +52,22 @@ def test_concurrent_first_writes_create_the_table_once(tmp_path: Any) -> None:
         t.join(timeout=300)
     assert errors == []
     assert table_ids(wh, "db.events") == list(range(writers * 100))
+
+
+def test_a_namespace_that_would_shadow_a_table_is_refused(tmp_path: Any) -> None:
+    """save("db.events.x") beside table db.events would create a namespace reading as the table: refused, nothing
+    created; a sibling name and a deeper table under a real namespace still work."""
+    from pyspark_fenced_sink.errors import InvalidOptionsError
+
+    wh = str(tmp_path / "wh")
+    sink_write(wh, "db.events", rows("w", 0, 3))
+    shadow = "'db.events' is a table: a namespace may not shadow a table; choose another name (e.g. db.events_x)"
+    with pytest.raises(InvalidOptionsError, match=re.escape(shadow)):
+        sink_write(wh, "db.events.x", rows("w", 0, 3))
+    catalog = embedded_catalog(wh)
+    assert not catalog.namespace_exists(("db", "events"))
+    sink_write(wh, "db.events_x", rows("w", 0, 3))
+    sink_write(wh, "db.sub.t", rows("w", 0, 3))
+    assert table_ids(wh, "db.sub.t") == [0, 1, 2]
+    with pytest.raises(InvalidOptionsError, match=re.escape("'db.sub.t' is a table")):
+        sink_write(wh, "db.sub.t.deeper.y", rows("w", 0, 3))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -102,3 +103,55 @@ def test_status_reports_ages_as_numbers_and_explains_entries_pending_by_design(
     assert isinstance(commit["added_rows"], int) and isinstance(commit["latency_ms"], int)
     assert main(["status", TABLE, "--warehouse", wh]) == 0
     assert "are not stuck" in capsys.readouterr().out
+
+
+def test_gc_dry_run_text_says_what_it_would_do(wh: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """The text of a dry run speaks in the conditional: nothing reads as done that was not."""
+    assert main(["gc", TABLE, "--warehouse", wh, "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "wal_entries_would_truncate: 3" in out and "wal_truncated" not in out
+    assert "orphan files (would remove)" in out and "snapshots (would expire)" in out
+    assert out.rstrip().endswith("dry run: nothing was changed")
+
+
+@pytest.mark.parametrize(
+    ("argv", "code", "kind"),
+    [
+        (["status", "db.missing"], 2, "InvalidOptionsError"),
+        (["status", "not-a-table-name"], 2, "InvalidOptionsError"),
+        (["gc", TABLE, "--grace", "soon"], 2, "InvalidOptionsError"),
+        (["fence", TABLE, "bad id!"], 2, "InvalidOptionsError"),
+    ],
+    ids=["missing-table", "bad-name", "usage-error", "bad-writer"],
+)
+def test_json_errors_are_json_on_stdout_with_the_exit_status(
+    wh: str, capsys: pytest.CaptureFixture[str], argv: list[str], code: int, kind: str
+) -> None:
+    """With --json every failure, usage errors included, is one JSON object: kind, message, retryable, exit status."""
+    assert main([*argv, "--warehouse", wh, "--json"]) == code
+    out, err = capsys.readouterr()
+    body = json.loads(out)
+    assert body["command"] == argv[0]
+    assert (body["error"]["kind"], body["error"]["exit_status"], body["error"]["retryable"]) == (kind, code, False)
+    assert body["error"]["message"] and err == ""
+
+
+def test_help_lists_the_exit_statuses_and_every_default(capsys: pytest.CaptureFixture[str]) -> None:
+    """fencedlake --help and each command's --help end with the exit statuses; options say their defaults."""
+    from pyspark_fenced_sink.ops.cli_args import EXIT_STATUSES
+
+    for argv in (["--help"], ["gc", "--help"], ["compact", "--help"], ["status", "--help"]):
+        with pytest.raises(SystemExit) as done:
+            main(argv)
+        assert done.value.code == 0
+        out = capsys.readouterr().out
+        assert "exit status:" in out
+        for status in EXIT_STATUSES:
+            assert f"\n  {status}  " in out
+    with pytest.raises(SystemExit):
+        main(["gc", "--help"])
+    out = capsys.readouterr().out
+    entries = re.split(r"\n  (?=-)", out[out.index("\noptions:") : out.index("exit status:")])
+    for option in ("--grace", "--retain-last", "--warehouse", "--catalog", "--expire-snapshots-older-than"):
+        entry = next(e for e in entries if e.startswith(option))
+        assert "default" in entry, entry

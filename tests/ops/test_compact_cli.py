@@ -62,3 +62,17 @@ def test_a_refused_compaction_exits_3_and_leaves_no_output(wh: str, capsys: pyte
     assert "refused, nothing changed" in capsys.readouterr().err
     assert table_ids(wh, TABLE) == [100, 101]
     assert len(_parquet(wh)) == 4  # the 3 inputs (older snapshots keep them) and the overwrite's file
+
+
+def test_a_dry_run_with_too_few_small_files_per_partition_says_why_nothing_is_planned(
+    wh: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """status counts small files; compact needs --min-input-files of them in a partition: the dry run says so."""
+    code = main(["compact", TABLE, "--warehouse", wh, "--dry-run", "--json"])
+    body = json.loads(capsys.readouterr().out)
+    assert code == 0 and (body["groups"], body["small_files"], body["below_min_input_files"]) == (0, 3, 3)
+    assert "3 small file(s) in 1 partition(s) left alone" in body["detail"]
+    assert "--min-input-files" in body["detail"]
+    assert main(["compact", TABLE, "--warehouse", wh, "--dry-run", "--min-input-files", "2", "--json"]) == 0
+    body = json.loads(capsys.readouterr().out)
+    assert (body["groups"], body["input_files"], body["below_min_input_files"], body["detail"]) == (1, 3, 0, "")

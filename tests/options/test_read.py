@@ -84,8 +84,7 @@ def test_every_stream_option_reaches_its_field() -> None:
             {"streaming-max-files-per-micro-batch": "5"},
             "streaming-max-files-per-micro-batch: it applies to readStream only",
         ),
-        ({"writer.id": "w"}, "unknown read option writer.id: it applies to writes only"),
-        ({"table.format-version": "2"}, "unknown read option table.format-version: it applies to writes only"),
+        ({"versionAsOf": "3"}, "unknown read option versionasof: another tool's name; fencedlake's is snapshot-id"),
         ({"spilt-size": "5"}, "unknown read option spilt-size: expected one of .*split-size"),
     ],
 )
@@ -118,3 +117,17 @@ def test_the_kind_of_read_is_inferred_from_stream_only_keys() -> None:
 def test_no_table_says_how_to_name_one() -> None:
     """A read without a table names the load() path and the table option."""
     _fails({}, r'no table given: .*\.load\("namespace.table"\) \(reads\)')
+
+
+def test_write_options_in_a_read_are_ignored() -> None:
+    """A SQL view's options reach its SELECT and its INSERT alike: the sink's write options do not fail the read."""
+    write_only = {
+        "writer.id": "w",
+        "partition-by": "day(ts)",
+        "table.format-version": "2",
+        "snapshot-property.job": "x",
+        "overwrite-mode": "dynamic",
+        "write.target-file-size-bytes": "1024",
+        "target-file-size-bytes": "1024",
+    }
+    assert parse_read_options({"table": "db.t", **write_only}) == parse_read_options({"table": "db.t"})

@@ -323,12 +323,18 @@ def test_write_mode_follows_the_save_mode_and_the_overwrite_options(
     assert parse_write_options({"table": "db.t", **options}).write_mode(overwrite) is mode
 
 
-@pytest.mark.parametrize("option", [{"overwrite-mode": "dynamic"}, {"replace-where": "x = 1"}], ids=["mode", "where"])
-def test_overwrite_options_on_an_append_fail_naming_the_option(option: dict[str, str]) -> None:
-    """An overwrite option on a write that appends is an error, not silently ignored."""
-    opts = parse_write_options({"table": "db.t", **option})
-    with pytest.raises(InvalidOptionsError, match=f"option {next(iter(option))} applies to writes that overwrite"):
+def test_replace_where_on_an_append_fails_naming_the_option() -> None:
+    """replace-where constrains the rows written: on a write that appends it is an error, not silently ignored."""
+    opts = parse_write_options({"table": "db.t", "replace-where": "x = 1"})
+    with pytest.raises(InvalidOptionsError, match="option replace-where applies to writes that overwrite"):
         opts.write_mode(False)
+
+
+def test_overwrite_mode_on_an_append_is_ignored() -> None:
+    """overwrite-mode says what an overwrite replaces (Spark's partitionOverwriteMode is ignored on appends too):
+    one SQL view's options serve INSERT INTO and INSERT OVERWRITE."""
+    opts = parse_write_options({"table": "db.t", "overwrite-mode": "dynamic"})
+    assert (opts.write_mode(False), opts.write_mode(True)) == (WriteMode.APPEND, WriteMode.DYNAMIC)
 
 
 @pytest.mark.parametrize(
@@ -382,3 +388,110 @@ def test_snapshot_properties_never_shadow_summary_keys_nor_carry_secrets(key: st
     """Reserved summary keys and secret-looking properties are refused before anything is written."""
     err = _fails({"table": "db.t", f"snapshot-property.{key}": value}, match)
     assert "pw@" not in str(err)
+
+
+# ---------------------------------------------------------------------------------------------- other tools' names
+
+
+@pytest.mark.parametrize(
+    ("options", "expected"),
+    [
+        ({"write.target-file-size-bytes": "1048576"}, {"write.target-file-size-bytes": "1048576"}),
+        ({"target-file-size-bytes": "1048576"}, {"write.target-file-size-bytes": "1048576"}),
+        ({"compression-codec": "snappy"}, {"write.parquet.compression-codec": "snappy"}),
+        ({"write.parquet.row-group-size-bytes": "4096"}, {"write.parquet.row-group-size-bytes": "4096"}),
+        (
+            {"target-file-size-bytes": "7", "write.target-file-size-bytes": "7"},
+            {"write.target-file-size-bytes": "7"},
+        ),
+    ],
+    ids=["property", "iceberg-spark-name", "codec", "parquet-property", "both-agree"],
+)
+def test_iceberg_write_names_set_this_writes_file_properties(options: dict[str, str], expected: dict[str, str]) -> None:
+    """Iceberg's write property names (and its Spark write option names) apply to this write's files only."""
+    opts = parse_write_options({"table": "db.t", **options})
+    assert opts.write_properties == expected
+    table = {"write.target-file-size-bytes": "536870912", "write.parquet.compression-codec": "zstd"}
+    assert opts.file_properties(table) == {**table, **expected}
+    assert opts.table_properties == {}
+
+
+def test_an_iceberg_name_and_its_property_with_different_values_fail() -> None:
+    """Two spellings of one setting must agree."""
+    _fails({"table": "db.t", "target-file-size-bytes": "1", "write.target-file-size-bytes": "2"}, "both given")
+
+
+@pytest.mark.parametrize(
+    ("key", "equivalent"),
+    [
+        ("replaceWhere", "replacewhere -> replace-where"),
+        ("txnAppId", "txnappid -> writer.id"),
+        ("txnVersion", "txnversion -> writer.batch-id"),
+        ("partitionOverwriteMode", "partitionoverwritemode -> overwrite-mode"),
+        ("mergeSchema", "mergeschema -> merge-schema"),
+        ("overwriteSchema", "overwriteschema -> nothing: fencedlake never replaces a table's schema"),
+    ],
+)
+def test_deltas_names_are_refused_naming_fencedlakes_equivalent(key: str, equivalent: str) -> None:
+    """Delta's option names are not guessed at: the unknown-option error names the fencedlake option to use."""
+    err = _fails({"table": "db.t", key: "x"}, "unknown option")
+    assert equivalent in str(err)
+
+
+# ---------------------------------------------------------------------------------------------- warehouse location
+
+
+def test_a_relative_warehouse_never_resolves_inside_a_spark_session_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a Spark Connect server Python workers run in the session's artifact directory (deleted with the
+    session): the default warehouse resolves against the directory the server was started in ($PWD)."""
+    started = tmp_path / "server"
+    session = tmp_path / "spark-1" / "userFiles-2" / "3f1c"
+    started.mkdir()
+    session.mkdir(parents=True)
+    monkeypatch.chdir(session)
+    monkeypatch.setenv("PWD", str(started))
+    monkeypatch.setenv("SPARK_JOB_ARTIFACT_UUID", "3f1c")
+    assert parse_write_options({"table": "db.t"}).catalog.warehouse == str(started.resolve() / "fencedlake-warehouse")
+    assert parse_write_options({"table": "db.t", "warehouse": "lake"}).catalog.warehouse == str(
+        started.resolve() / "lake"
+    )
+    assert parse_write_options({"table": "db.t", "warehouse": str(tmp_path / "abs")}).catalog.warehouse == str(
+        tmp_path / "abs"
+    )
+
+
+def test_no_stable_directory_for_a_relative_warehouse_fails_naming_the_fixes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Inside a session directory with no usable $PWD, nothing is resolved there: the error names the ways out."""
+    session = tmp_path / "userFiles-2" / "abc"
+    session.mkdir(parents=True)
+    monkeypatch.chdir(session)
+    monkeypatch.setenv("PWD", str(session))
+    err = _fails({"table": "db.t"}, "no stable directory for a relative warehouse")
+    assert "FENCEDLAKE_WAREHOUSE" in str(err) and "absolute warehouse" in str(err)
+
+
+def test_classic_sessions_resolve_against_the_working_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A classic session's workers run where the program started (artifact id "default"): the cwd, as before."""
+    monkeypatch.setenv("SPARK_JOB_ARTIFACT_UUID", "default")
+    monkeypatch.setenv("PWD", "/somewhere/else")
+    assert parse_write_options({"table": "db.t"}).catalog.warehouse == str(tmp_path.resolve() / "fencedlake-warehouse")
+
+
+def test_a_spark_connect_client_needs_an_absolute_warehouse(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """compact()/read_table() plan in the client, the sink on the server: only an absolute warehouse names one place."""
+    from pyspark_fenced_sink.options.catalog import catalog_config
+
+    with pytest.raises(InvalidOptionsError, match="on a Spark Connect session"):
+        catalog_config(remote=True)
+    with pytest.raises(InvalidOptionsError, match="on a Spark Connect session"):
+        catalog_config(warehouse="lake", remote=True)
+    assert catalog_config(warehouse=str(tmp_path), remote=True).warehouse == str(tmp_path)
+    monkeypatch.setenv(WAREHOUSE_ENV, str(tmp_path / "env"))
+    assert catalog_config(remote=True).warehouse == str(tmp_path / "env")
+    assert catalog_config(properties={"type": "sql", "uri": "sqlite:///x.db"}, remote=True).properties

@@ -64,10 +64,25 @@ _CATALOG_FILES = ("catalog.db", "catalog.db-wal", "catalog.db-shm", "catalog.db-
 
 
 def start_spark(app_name: str, **conf: str) -> Any:
-    """A local[2] SparkSession whose Python workers run this interpreter."""
+    """A local[2] SparkSession whose Python workers run this interpreter.
+
+    One per process: a second call would get the running session back from ``getOrCreate`` and its
+    caller's ``stop_spark`` would stop the run's shared session under every later module (take the
+    ``spark`` fixture of tests/conftest.py, or ``spark.newSession()`` for other settings).
+
+    Raises:
+        RuntimeError: a SparkContext is already running in this process.
+    """
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    from pyspark import SparkContext
     from pyspark.sql import SparkSession
+
+    if SparkContext._active_spark_context is not None:
+        raise RuntimeError(
+            f"start_spark({app_name!r}): a SparkContext already runs in this process; use the shared `spark` "
+            "fixture (tests/conftest.py) or spark.newSession(), never a second session that a module stops"
+        )
 
     builder = (
         SparkSession.builder.master("local[2]")

@@ -59,6 +59,13 @@ def wh(tmp_path_factory: pytest.TempPathFactory) -> str:
     return warehouse
 
 
+@pytest.fixture(autouse=True)
+def _pushed_filters_prune(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The translation rules as a Spark that plans every scan anew uses them (Spark 4.3 prunes nothing by them:
+    test_pushed_filters_prune_nothing_where_spark_reuses_the_plan)."""
+    monkeypatch.setattr(reader_module, "PUSHED_FILTERS_PRUNE", True)
+
+
 def _reader(wh: str, cls: type[FencedLakeReader] = FencedLakeFilteringReader, **options: str) -> Any:
     source = FencedLakeDataSource({"warehouse": wh, "path": "db.regions", **options})
     return cls(*open_read(source.options, source.schema(), streaming=False))
@@ -130,3 +137,43 @@ def test_an_empty_split_reads_nothing(wh: str) -> None:
     reader.pushFilters([F.GreaterThan(("id",), 1000)])
     assert reader.partitions() == []
     assert list(reader.read(F.InputPartition(None))) == []
+
+
+def test_pushed_filters_prune_nothing_where_spark_reuses_the_plan(wh: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Spark 4.1-4.3 reuse a relation's first read plan for its later unfiltered queries: no pruning there."""
+    monkeypatch.setattr(reader_module, "PUSHED_FILTERS_PRUNE", False)
+    reader = _reader(wh)
+    filters = [F.EqualTo(("region",), "eu")]
+    assert reader.pushFilters(filters) == filters
+    reader.partitions()
+    assert reader.stats.files == 8 and not reader.stats.filtered
+
+
+def test_pushed_filters_prune_only_on_a_spark_that_plans_every_scan_anew(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The switch follows Spark's API: the limit pushdown API came with read plans kept per scan."""
+    monkeypatch.undo()  # the module's own value, not the fixture's
+    assert reader_module.PUSHED_FILTERS_PRUNE is hasattr(DataSourceReader, "pushLimit")
+
+
+@pytest.mark.parametrize(
+    ("where", "files", "rows"),
+    [("region = 'eu'", 2, 50), ("id >= 150 AND REGION IN ('eu', 'us')", 2, 24), ("v IS NULL", 4, 20)],
+)
+def test_the_filter_option_prunes_files_and_returns_only_matching_rows(
+    wh: str, where: str, files: int, rows: int
+) -> None:
+    """The filter read option: files that cannot match are not planned, rows that do not match are not read
+    (column names bind case-insensitively), whatever Spark pushes or not."""
+    reader = _reader(wh, cls=FencedLakeReader, filter=where)
+    splits = reader.partitions()
+    assert reader.stats.files == files and reader.stats.filtered
+    read = [b for split in splits for b in reader.read(split)]
+    assert sum(b.num_rows for b in read) == rows
+
+
+def test_a_filter_on_a_column_the_table_lacks_fails_naming_it(wh: str) -> None:
+    """A bad filter fails at planning with the option named; nothing is read."""
+    from pyspark_fenced_sink.errors import InvalidOptionsError
+
+    with pytest.raises(InvalidOptionsError, match="option filter='nope = 1' is invalid"):
+        _reader(wh, cls=FencedLakeReader, filter="nope = 1")

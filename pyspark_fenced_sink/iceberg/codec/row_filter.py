@@ -34,6 +34,7 @@ from pyiceberg.expressions import (
     Reference,
     SetPredicate,
     UnboundPredicate,
+    UnboundTerm,
 )
 from pyiceberg.expressions.literals import Literal, StringLiteral
 from pyiceberg.expressions.visitors import (
@@ -91,10 +92,14 @@ def _timestamp_text(text: str, with_zone: bool) -> str:
 
 
 class _Normalize(BooleanExpressionVisitor[BooleanExpression]):
-    """Rewrites timestamp literals of an unbound expression into the ISO form pyiceberg binds."""
+    """Rewrites timestamp literals of an unbound expression into the ISO form pyiceberg binds.
 
-    def __init__(self, schema: Schema) -> None:
+    ``respell``: also name each column as the table does (a scan binds case-sensitively).
+    """
+
+    def __init__(self, schema: Schema, respell: bool = False) -> None:
         self.schema = schema
+        self.respell = respell
 
     def visit_true(self) -> BooleanExpression:
         return AlwaysTrue()
@@ -117,32 +122,42 @@ class _Normalize(BooleanExpressionVisitor[BooleanExpression]):
         return lit
 
     def visit_unbound_predicate(self, predicate: UnboundPredicate) -> BooleanExpression:
+        name = str(getattr(predicate.term, "name", ""))
+        term: UnboundTerm = predicate.term
         try:
-            field_type: IcebergType | None = self.schema.find_type(str(getattr(predicate.term, "name", "")), False)
+            field = self.schema.find_field(name, False)
+            field_type: IcebergType | None = field.field_type
+            if self.respell:  # a scan binds case-sensitively: the table's spelling
+                term = Reference(self.schema.find_column_name(field.field_id) or name)
         except ValueError:
             field_type = None  # binding names the unknown column
         if isinstance(predicate, LiteralPredicate):
-            return type(predicate)(predicate.term, self._fix(field_type, predicate.literal))
+            return type(predicate)(term, self._fix(field_type, predicate.literal))
         if isinstance(predicate, SetPredicate):
-            return type(predicate)(predicate.term, {self._fix(field_type, lit) for lit in predicate.literals})
-        return predicate
+            return type(predicate)(term, {self._fix(field_type, lit) for lit in predicate.literals})
+        return type(predicate)(term)
 
     def visit_bound_predicate(self, predicate: BoundPredicate) -> BooleanExpression:
         return predicate
 
 
 @functools.lru_cache(maxsize=32)
-def _unbound(text: str, schema_json: str) -> BooleanExpression:
-    """The parsed, normalized (still unbound) filter; ``schema_json`` is the table schema it binds to."""
+def _unbound(text: str, schema_json: str, respell: bool = False) -> BooleanExpression:
+    """The parsed, normalized (still unbound) filter; ``schema_json`` is the table schema it binds to.
+
+    Column names stay as written (``filter_field_ids`` pairs them with field ids), unless ``respell``.
+    """
     from pyiceberg.expressions.parser import parse
 
     schema = Schema.model_validate_json(schema_json)
-    return visit(parse(text), _Normalize(schema))
+    return visit(parse(text), _Normalize(schema, respell))
 
 
-def _parsed(text: str, schema: Schema, what: str = "option replace-where") -> BooleanExpression:
+def _parsed(
+    text: str, schema: Schema, what: str = "option replace-where", *, respell: bool = False
+) -> BooleanExpression:
     try:
-        expr = _unbound(text, schema.model_dump_json())
+        expr = _unbound(text, schema.model_dump_json(), respell)
         bind(schema, expr, _CASE_SENSITIVE)
     except Exception as e:  # noqa: BLE001 - pyparsing's ParseException, pyiceberg's ValueError/TypeError ...
         raise InvalidOptionsError(
@@ -150,6 +165,15 @@ def _parsed(text: str, schema: Schema, what: str = "option replace-where") -> Bo
             "expected an Iceberg filter over the table's columns, e.g. \"ts >= '2026-01-01' AND region = 'eu'\""
         ) from None
     return expr
+
+
+def read_filter(text: str, schema: Schema, what: str = "option filter") -> BooleanExpression:
+    """``text`` parsed and checked against ``schema``, unbound, with the table's column names (for a scan).
+
+    Raises:
+        InvalidOptionsError: as :func:`bind_row_filter`.
+    """
+    return _parsed(text, schema, what, respell=True)
 
 
 def bind_row_filter(text: str, schema: Schema, what: str = "option replace-where") -> BooleanExpression:

@@ -2,7 +2,8 @@
 
 :func:`resolve_point` picks the snapshot and schema a read sees (time travel by
 id, timestamp, branch or tag); :func:`plan_files` plans its data files with
-pyiceberg (equality deletes refused by name); :func:`pack` packs them into
+pyiceberg (equality deletes refused by name; each manifest decoded once per process:
+``iceberg.planning.manifest_cache``); :func:`pack` packs them into
 splits of about ``split-size`` bytes; :func:`executor_task` and
 :func:`executor_metadata` slim what is pickled to executors.
 """
@@ -18,12 +19,13 @@ from typing import Any
 from pyiceberg.expressions import BooleanExpression
 from pyiceberg.manifest import DataFile
 from pyiceberg.schema import Schema
-from pyiceberg.table import DataScan, FileScanTask
+from pyiceberg.table import FileScanTask
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.refs import SnapshotRefType
 from pyiceberg.table.snapshots import Snapshot
 
 from pyspark_fenced_sink.errors import InvalidOptionsError, ReadRefusedError
+from pyspark_fenced_sink.iceberg.planning.manifest_cache import planning_scan
 from pyspark_fenced_sink.options.read import ReadOptions
 
 __all__ = [
@@ -56,13 +58,16 @@ def open_read_table(opts: ReadOptions) -> Any:
 
     Raises:
         InvalidOptionsError: the catalog cannot be loaded or the table does not exist.
+        ServiceError: the catalog or its storage failed (endpoint named, secrets masked).
     """
     from pyiceberg.exceptions import NoSuchTableError
 
     from pyspark_fenced_sink.iceberg.catalogs import load_catalog
+    from pyspark_fenced_sink.iceberg.service_errors import service_errors
 
     try:
-        return load_catalog(opts.catalog).load_table(opts.table)
+        with service_errors(opts.catalog, opts.table):
+            return load_catalog(opts.catalog).load_table(opts.table)
     except NoSuchTableError:
         raise InvalidOptionsError(
             f"table {opts.table} does not exist in {opts.catalog.describe()}: check the name and the catalog options"
@@ -172,7 +177,7 @@ def plan_files(table: Any, point: ReadPoint, row_filter: BooleanExpression, name
         raise _equality_deletes_refused(name, point.label)
     # Bind the filter to the schema read (a time-traveled snapshot may use older column names).
     metadata = table.metadata.model_copy(update={"current_schema_id": point.schema.schema_id})
-    scan = DataScan(metadata, table.io, row_filter=row_filter, snapshot_id=point.snapshot.snapshot_id)
+    scan = planning_scan(metadata, table.io, row_filter=row_filter, snapshot_id=point.snapshot.snapshot_id)
     return _planned(scan, name, point.label)
 
 
