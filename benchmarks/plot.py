@@ -1,6 +1,6 @@
 """PNG charts of a run's results (matplotlib, Agg backend; skipped if matplotlib is missing).
 
-One chart per suite present and not failed: ``bench-requests.png``, ``bench-group-commit.png``,
+One chart per suite present and not failed: ``bench-requests.png``, ``bench-latency.png``, ``bench-group-commit.png``,
 ``bench-scaling.png``, ``bench-throughput.png``, ``bench-streaming.png``. Redraw a saved run's
 charts with ``python -m benchmarks.plot docs/benchmarks/results-full.json``.
 """
@@ -43,6 +43,7 @@ def plot_all(suites: dict[str, Any], directory: Path, caption: str) -> list[Path
     charts: dict[str, Callable[[Any, Any, str], Any]] = {
         "requests": _requests,
         "group-commit": _contention,
+        "latency": _latency,
         "scaling": _scaling,
         "throughput": _throughput,
         "streaming": _streaming,
@@ -113,6 +114,41 @@ def _contention(plt: Any, res: Any, caption: str) -> Any:
     a3.set_ylabel("write latency (ms), landed writes")
     a3.legend(fontsize=6)
     fig.suptitle(f"Contention on one table, embedded SQLite catalog ({caption})", fontsize=10)
+    return fig
+
+
+def _latency(plt: Any, res: Any, caption: str) -> Any:
+    """Writes/s and p99 (p50 dashed) vs W, log x: this version ('all') and the 'before' variant, SQLite."""
+    rows = [r for r in res.rows if r["catalog"] == "sqlite" and r.get("variant", "all") in ("all", "before")]
+    ws = sorted({r["W"] for r in rows})
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 4))
+    for variant, color, label in (
+        ("before", "tab:red", "before (one tail, every writer commits)"),
+        ("all", "tab:blue", "after"),
+    ):
+        pts = sorted((r["W"], r) for r in rows if r.get("variant", "all") == variant)
+        if not pts:
+            continue
+        xs = [w for w, _ in pts]
+        a1.plot(xs, [r["writes/s"] for _, r in pts], "o-", color=color, label=label)
+        a2.plot(xs, [r["p99 s"] for _, r in pts], "o-", color=color, label=f"{label} p99")
+        a2.plot(xs, [r["p50 s"] for _, r in pts], "o--", color=color, alpha=0.6, label=f"{label} p50")
+    for a in (a1, a2):
+        a.set_xscale("log", base=2)
+        a.set_xticks(ws, [str(w) for w in ws])
+        a.set_xlabel("concurrent writers W")
+    a1.set_ylabel("landed writes per second")
+    a1.set_ylim(bottom=0)
+    a1.legend(fontsize=7, loc="upper left")
+    a2.set_yscale("log")
+    a2.set_ylabel("write latency (s)")
+    a2.legend(fontsize=6)
+    p = res.data.get("params", {})
+    fig.suptitle(
+        f"Commit path at cloud latency: store {p.get('store_s', 0) * 1000:.0f} ms, table read "
+        f"{p.get('table_s', 0) * 1000:.0f} ms, CAS {p.get('cas_s', 0) * 1000:.0f} ms ({caption})",
+        fontsize=10,
+    )
     return fig
 
 

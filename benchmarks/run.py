@@ -3,6 +3,8 @@
 Suites (docs/benchmarks.md says what each measures and shows a run's numbers):
 
 * ``requests``      object-store requests per uncontended commit, by kind, vs a plain pyiceberg append;
+* ``latency``       the commit path at cloud latency: W writer threads, injected store / table-read /
+                    catalog CAS latency; writes/s, p99, group factor, requests per landed write;
 * ``group-commit``  contention: N concurrent committer processes, fencedlake vs naive pyiceberg
                     (default retries, retries off): landed/failed writes, rows landed/s, latency,
                     catalog commits, group-commit factor;
@@ -51,6 +53,7 @@ from benchmarks.common import SuiteResult
 ROOT = Path(__file__).resolve().parents[1]
 SUITES = (
     "requests",
+    "latency",
     "group-commit",
     "scaling",
     "executor",
@@ -71,6 +74,10 @@ PROFILES: dict[str, dict[str, Any]] = {
         "executor_reps": 1,
         "request_reps": 1,
         "writers": [8],
+        "latency_writers": [8, 32],
+        "latency_seconds": 5.0,
+        "latency_warmup": 2.0,
+        "latency_procs": 2,
         "total_writes": 24,
         "min_commits": 3,
         "gc_reps": 1,
@@ -108,6 +115,10 @@ PROFILES: dict[str, dict[str, Any]] = {
         "executor_reps": 5,
         "request_reps": 3,
         "writers": [8, 32, 64],
+        "latency_writers": [8, 32, 128, 512],
+        "latency_seconds": 30.0,
+        "latency_warmup": 5.0,
+        "latency_procs": 4,
         "total_writes": 256,
         "min_commits": 4,
         "gc_reps": 2,
@@ -154,6 +165,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--read-rows", type=int, help="rows of the read suite's table")
     p.add_argument("--reps", type=int, help="interleaved repetitions for every suite (overrides the mode's)")
     p.add_argument("--writers", help="comma-separated N for group-commit, e.g. 8,32,64 (N=1 is always the baseline)")
+    p.add_argument("--latency-writers", help="comma-separated W for the latency suite, e.g. 8,32,128,512")
+    p.add_argument("--latency-seconds", type=float, help="latency: measured seconds per round")
     p.add_argument("--total-writes", type=int, help="group-commit: about this many writes per round")
     p.add_argument("--wal-sizes", help="scaling: comma-separated WAL history sizes, e.g. 1000,10000")
     p.add_argument("--snapshot-sizes", help="scaling: comma-separated snapshot history sizes, e.g. 10,100,1000")
@@ -225,6 +238,10 @@ def main(argv: list[str] | None = None) -> int:
         prof["writers"] = [int(n) for n in args.writers.split(",")]
     if args.total_writes:
         prof["total_writes"] = args.total_writes
+    if args.latency_writers:
+        prof["latency_writers"] = [int(n) for n in args.latency_writers.split(",")]
+    if args.latency_seconds:
+        prof["latency_seconds"] = args.latency_seconds
     if args.wal_sizes:
         prof["wal_sizes"] = [int(n) for n in args.wal_sizes.split(",")]
     if args.snapshot_sizes:
@@ -249,6 +266,14 @@ def main(argv: list[str] | None = None) -> int:
 
     runners: dict[str, Callable[[], SuiteResult]] = {
         "requests": lambda: _import("request_budget").run(reps=prof["request_reps"], workdir=args.workdir, log=log),
+        "latency": lambda: _import("latency").run(
+            writers=prof["latency_writers"],
+            seconds=prof["latency_seconds"],
+            warmup=prof["latency_warmup"],
+            procs=prof["latency_procs"],
+            workdir=args.workdir,
+            log=log,
+        ),
         "group-commit": lambda: _import("group_commit").run(
             writers=prof["writers"],
             total_writes=prof["total_writes"],

@@ -90,6 +90,7 @@ _ENTRY_COLUMNS = ("seq", "position", "outcome", "kind", "writer", "epoch", "batc
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
+    from pyspark_fenced_sink.ops.commit_stats import commit_stats, describe_stats
     from pyspark_fenced_sink.ops.health import file_health, last_compaction_text
     from pyspark_fenced_sink.ops.inspect import pending_summary, recent_commits, wal_rows
 
@@ -111,6 +112,7 @@ def _cmd_status(args: argparse.Namespace) -> int:
         "untuned_writes_in_recent_commits": sum(int(c.get("untuned") or 0) for c in commits),
         "keys_rewritten_in_recent_commits": sum(int(c.get("keys_rewritten") or 0) for c in commits),
         "tombstone_files": len(state.tombstones),
+        "commit_stats": commit_stats(table, args.stats_commits),
         "writers": [
             {"writer": w, "epoch": s.epoch, "batches": s.batches.describe(), "run": s.run, "query": s.query}
             for w, s in sorted(state.writers.items())
@@ -119,8 +121,9 @@ def _cmd_status(args: argparse.Namespace) -> int:
         "recent_commits": commits,
         **file_health(table, now_ms, args.small_file_bytes),
     }
-    if not args.json:  # the text view: the top partitions, the last compaction in words
+    if not args.json:  # the text view: the top partitions, the last compaction and the commit stats in words
         body["last_compaction"] = last_compaction_text(body["last_compaction"], body.pop("history_since_ms"))
+        body["commit_stats"] = describe_stats(body["commit_stats"])
         body["small_files_by_partition"] = body["small_files_by_partition"][: args.top]
     _emit(
         args,
@@ -146,6 +149,9 @@ def _cmd_status(args: argparse.Namespace) -> int:
                     "group",
                     "applied",
                     "helped",
+                    "waited_ms",
+                    "helper",
+                    "voided",
                     "fences",
                     "untuned",
                     "added_rows",

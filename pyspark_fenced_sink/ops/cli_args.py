@@ -55,9 +55,11 @@ _HELP = {
     "status": (
         "committed upper, pending entries, writers, recent commits, small files, manifests",
         "Show the committed upper, pending WAL entries (and what the next commit would do with each), every "
-        "writer's epoch and last batch id, recent commits with latency, group size, conflicts absorbed and "
-        "fences, small data files per partition, the manifest count and the last compaction (read from "
-        "metadata only: no data file is opened).",
+        "writer's epoch and last batch id, recent commits with latency, group size, conflicts absorbed, "
+        "waits and helps, commit statistics over the newest commits (commits and writes per second, "
+        "time-to-commit p50/p99/max, CAS attempts and conflicts, group sizes, writes applied by another "
+        "writer's commit, helper commits, holes voided), small data files per partition, the manifest count "
+        "and the last compaction (read from metadata only: no data file is opened).",
     ),
     "wal": (
         "WAL entries from a position, each with its classification",
@@ -165,6 +167,14 @@ def build_parser() -> argparse.ArgumentParser:
     commands = {name: _command(sub, name, common) for name in _HELP}
     p = commands["status"]
     p.add_argument("--commits", type=int, default=10, help="recent commits to show (default 10)")
+    p.add_argument(
+        "--stats-commits",
+        type=int,
+        default=200,
+        metavar="N",
+        help="fencedlake commits the commit statistics cover: rates, time-to-commit, CAS attempts and "
+        "conflicts, group sizes, waits and helps (default 200)",
+    )
     p.add_argument("--top", type=int, default=10, help="partitions with the most small files to show (default 10)")
     p.add_argument(
         "--small-file-bytes",

@@ -17,6 +17,7 @@ from pyspark_fenced_sink.protocol.entry import TOKEN_CHARS, WalEntry, encoded_pa
 from pyspark_fenced_sink.protocol.reconcile import Outcome, Position, position, reconcile
 from pyspark_fenced_sink.protocol.state import SUMMARY_UPSERT, decode_record
 from pyspark_fenced_sink.protocol.view import TableView
+from pyspark_fenced_sink.protocol.wal import holes
 
 __all__ = ["live_paths_of", "pending_summary", "recent_commits", "wal_rows"]
 
@@ -56,7 +57,13 @@ def wal_rows(
     if pending:
         # What the next commit would decide (reading every pending entry, not only those listed).
         everything = {s: e for s in ctx.wal.scan(upper) if (e := entries.get(s) or ctx.wal.read(s)) is not None}
-        plan = reconcile(view.state, everything, max_group=len(everything) + 1, spec_id=view.spec_id)
+        plan = reconcile(
+            view.state,
+            everything,
+            max_group=len(everything) + 1,
+            spec_id=view.spec_id,
+            voids=holes(everything, upper),
+        )
         planned = {upper + i: d.outcome.name for i, d in enumerate(plan.decisions)}
     rows = []
     for seq, entry in sorted(entries.items()):
@@ -156,6 +163,10 @@ def recent_commits(table: Any, count: int) -> list[dict[str, Any]]:
                 group=m.get("grp"),
                 applied=m.get("apl"),
                 helped=m.get("help"),
+                waited_ms=m.get("wait"),
+                helper=bool(m.get("hlp")),
+                voided=m.get("void", 0),
+                oldest_write_ms=m.get("age"),
                 untuned=m.get("slow", 0),
                 fences=sum(1 for _, o in record.outcomes if o == Outcome.FENCED.value),
                 barriers=sum(1 for _, o in record.outcomes if o == Outcome.BARRIER.value),

@@ -1,83 +1,40 @@
 """The commit loop (PROTOCOL.md §3-§6, steps 3-6; driver).
 
-:func:`commit_entry` puts one entry into the WAL and returns only when its
-outcome is known: it reconciles the pending entries from the committed upper,
-makes one catalog commit that applies every entry it can (group commit; peers'
-entries too), and learns peers' decisions from their commit records. It is the
-only retry loop: after a conflict it re-reads and re-plans, after an unknown
-outcome it re-reads and decides from what it finds — never a blind retry.
-:func:`recover` commits every pending entry (what the next writer would do).
+:func:`commit_entry` puts one entry into the WAL (a claim in a window above
+the tail) and returns only when its outcome is known. One committer at a
+time: the writer whose entry is the lowest pending one (the head) lists the
+WAL, reads the pending entries it has not read (in parallel, cached across
+attempts), reconciles them — voiding the holes entries declare — and makes one
+catalog commit that applies every entry it can (group commit; peers' entries
+too). Every other writer waits (``protocol.waiting``) and learns its outcome
+from the commit record in the table it reloads, reading no entry; one that
+sees the upper stand still for its patience helps. It is the only retry loop:
+after a conflict it re-reads and re-plans, after an unknown outcome it
+re-reads and decides from what it finds — never a blind retry. :func:`recover`
+commits every pending entry (what the next writer would do).
 """
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Mapping
 
 from pyspark_fenced_sink import failpoints
 from pyspark_fenced_sink.errors import (
     CommitOutcomeUnknownError,
     CorruptControlDataError,
-    FencedLakeError,
     TableStateError,
 )
 from pyspark_fenced_sink.protocol.context import CommitConflict, CommitContext, CommitResult, CommitUnknown
 from pyspark_fenced_sink.protocol.entry import TOKEN_CHARS, EntryKind, WalEntry, encoded_path
+from pyspark_fenced_sink.protocol.progress import Progress, backoff, finish, reload, unknown_error
 from pyspark_fenced_sink.protocol.reconcile import Outcome, Position, ReconcilePlan, position, reconcile
 from pyspark_fenced_sink.protocol.replace import EntryRefused, Refusals
 from pyspark_fenced_sink.protocol.state import CommitRecord, CommittedState
 from pyspark_fenced_sink.protocol.view import TableView
+from pyspark_fenced_sink.protocol.waiting import Waiting
+from pyspark_fenced_sink.protocol.wal import Claimed, holes
 
 __all__ = ["commit_entry", "recorded_token", "recover"]
-
-logger = logging.getLogger(__name__)
-
-#: A commit that waits (helping peers, behind a missing position, riding out a catalog outage) logs a line
-#: at INFO this often.
-PROGRESS_EVERY_S = 5.0
-
-
-class _Progress:
-    """What one ``commit_entry`` call has done so far (the counters of its :class:`CommitResult`)."""
-
-    def __init__(self, t0: float) -> None:
-        self.t0 = self.noted = t0
-        self.attempts = self.conflicts = self.unknowns = self.catalog_commits = self.helped = self.group = 0
-        #: Commits sent whose outcome was unknown: (record, entries of peers it applied, its group size).
-        self.unsure: list[tuple[CommitRecord, int, int]] = []
-
-    def landed_unsure(self, record: CommitRecord) -> bool:
-        """Count ``record`` as this writer's commit if it is one sent with an unknown outcome."""
-        for sent, helped, group in self.unsure:
-            if _as_read(sent) == _as_read(record):
-                self.catalog_commits += 1
-                self.helped += helped
-                self.group = group
-                return True
-        return False
-
-    def note(self, ctx: CommitContext, what: str) -> None:
-        """Log a progress line at INFO if the commit has been waiting for another PROGRESS_EVERY_S."""
-        now = ctx.now()
-        if now - self.noted < PROGRESS_EVERY_S:
-            return
-        self.noted = now
-        logger.info(
-            "fencedlake: commit on %s still %s after %.0fs (catalog attempts %d, conflicts absorbed %d, "
-            "unknown outcomes %d)",
-            ctx.port.name,
-            what,
-            now - self.t0,
-            self.attempts,
-            self.conflicts,
-            self.unknowns,
-        )
-
-
-def _as_read(record: CommitRecord) -> tuple[int, tuple[tuple[str, str], ...], dict[str, str]]:
-    """A record as read back from a snapshot summary (token prefixes, metric values as text)."""
-    outcomes = tuple((token[:TOKEN_CHARS], code) for token, code in record.outcomes)
-    return record.first, outcomes, {k: str(v) for k, v in record.metrics.items()}
 
 
 def _fenced_before_put(state: CommittedState, entry: WalEntry) -> str | None:
@@ -93,44 +50,30 @@ def _fenced_before_put(state: CommittedState, entry: WalEntry) -> str | None:
     return None
 
 
-def _put(ctx: CommitContext, entry: WalEntry, start: int) -> int:
-    """Put ``entry`` at the WAL's tail after ``start``; returns its seq.
-
-    A position that said "exists" and was gone when read is resolved by the commit loop when it is below the
-    upper (reconciled and truncated: the commit record says whose it was, PROTOCOL.md §6). At or above the
-    upper it was moved aside by an operator (``gc`` deletes only below it): never reconciled, never ours, so
-    the entry is put there again.
-    """
-    while True:
-        seq, vanished = ctx.wal.append_claim(entry, start)
-        if not vanished or seq < ctx.load().state.upper:
-            return seq
-        start = seq
-
-
 def commit_entry(ctx: CommitContext, entry: WalEntry, *, view: TableView | None = None) -> CommitResult:
     """Write ``entry`` to the WAL and return once its outcome is known (steps 3-6).
 
     ``view`` is a committed version the caller has just read (saves one catalog read).
     """
-    progress = _Progress(t0=ctx.now())
+    progress = Progress(t0=ctx.now())
     view = view or ctx.load()
     fenced = _fenced_before_put(view.state, entry)
     if fenced is not None:
-        return _finish(ctx, progress, None, Outcome.FENCED, fenced, by_peer=True)
+        return finish(ctx, progress, None, Outcome.FENCED, fenced, by_peer=True)
     failpoints.hit("commit.before-wal-put")
-    seq = _put(ctx, entry, view.state.upper)
+    claimed = ctx.wal.claim(entry, view.state.upper, pace=view.pace)
     failpoints.hit("commit.after-wal-put")
+    seq = claimed.seq
     try:
-        return _drive(ctx, entry, seq, view, progress)
+        return _drive(ctx, claimed, view, progress)
     except TableStateError as e:  # the state went bad after our put: our entry waits for the repair
-        raise _unknown(ctx, seq, f"is durable but the table's state cannot be trusted now: {e}") from e
+        raise unknown_error(ctx, seq, f"is durable but the table's state cannot be trusted now: {e}") from e
     except CorruptControlDataError as e:  # a damaged entry blocks the table: ours waits behind it
-        raise _unknown(ctx, seq, f"is durable but waits behind damaged control data: {e}") from e
+        raise unknown_error(ctx, seq, f"is durable but waits behind damaged control data: {e}") from e
     except (CommitOutcomeUnknownError, failpoints.FailPointError):
         raise  # FailPointError: tests inject it to see exactly that exception arrive
     except Exception as e:  # the entry is durable: any failure now leaves its outcome open (I1)
-        raise _unknown(
+        raise unknown_error(
             ctx,
             seq,
             f"is durable but its commit failed ({type(e).__name__}: {e}); the next commit on the table applies it "
@@ -139,21 +82,26 @@ def commit_entry(ctx: CommitContext, entry: WalEntry, *, view: TableView | None 
         ) from e
 
 
-def _read_pending(ctx: CommitContext, upper: int, last: int | None, cache: dict[int, WalEntry]) -> dict[int, WalEntry]:
-    """Entries from ``upper`` on (to ``last``, or to the listed tail), reusing ``cache``."""
+def _read_pending(
+    ctx: CommitContext, upper: int, cache: dict[int, WalEntry], listed: list[int] | None = None
+) -> dict[int, WalEntry]:
+    """Entries from ``upper`` to the listed tail, reading in parallel only those not in ``cache``.
+
+    ``listed`` is a LIST from ``upper`` just made (None: list now). WAL objects are immutable while
+    at or above the upper, so ``cache`` stays valid across attempts.
+    """
     for s in [s for s in cache if s < upper]:
         del cache[s]
-    seqs = range(upper, last + 1) if last is not None else ctx.wal.scan(upper)
+    seqs = (ctx.wal.scan(upper) if listed is None else listed)[: ctx.max_group + 1]
+    unread = [s for s in seqs if s not in cache]
+    for s, found in zip(unread, ctx.wal.read_many(unread), strict=True):
+        if found is not None:
+            cache[s] = found
     pending: dict[int, WalEntry] = {}
     for s in seqs:
-        if len(pending) > ctx.max_group:
-            break
         entry = cache.get(s)
-        if entry is None:
-            entry = ctx.wal.read(s)
-            if entry is None:
-                break
-            cache[s] = entry
+        if entry is None:  # listed, then gone (reconciled and truncated meanwhile)
+            break
         pending[s] = entry
     return pending
 
@@ -178,18 +126,20 @@ def _missing_files(ctx: CommitContext, pending: Mapping[int, WalEntry]) -> set[i
     return {s for s, e in old.items() if not all(ctx.file_exists(encoded_path(f)) for f in e.files)}
 
 
-def _drive(ctx: CommitContext, entry: WalEntry, seq: int, view: TableView, progress: _Progress) -> CommitResult:
-    cache: dict[int, WalEntry] = {seq: entry}
-    known_last: int | None = seq  # first attempt: our own scan already covered [upper, seq]
+def _drive(ctx: CommitContext, claimed: Claimed, view: TableView, progress: Progress) -> CommitResult:
+    seq, entry = claimed.seq, claimed.entry
+    cache = _own(claimed)
     deadline = progress.t0 + ctx.max_wait_s
     refusals = Refusals()
-    waits = 0
+    waiting = progress.waiting = _waiting(ctx, claimed, view)
+    known = _quiet(claimed, view)  # a first attempt that needs no LIST
+    gaps = 0
     while True:
         if position(seq, view.state.upper) is Position.BELOW:
             record = ctx.port.find_record(view, seq)
             found = record.find(seq) if record is not None else None
             if record is None or found is None:
-                raise _unknown(
+                raise unknown_error(
                     ctx,
                     seq,
                     "was reconciled but no commit record for it remains (snapshots expired); look it up with "
@@ -198,62 +148,142 @@ def _drive(ctx: CommitContext, entry: WalEntry, seq: int, view: TableView, progr
             token, code = found
             if token == entry.token[:TOKEN_CHARS]:
                 if progress.landed_unsure(record):
-                    return _finish(
+                    return finish(
                         ctx, progress, seq, Outcome(code), "decided by our commit (its answer was lost)", by_peer=False
                     )
-                return _finish(
+                return finish(
                     ctx, progress, seq, Outcome(code), "decided by a peer's commit", by_peer=progress.unknowns == 0
                 )
             # Another object holds our position (an operator skipped it after our entry was damaged and moved
             # aside): ours was never reconciled. Put it again.
-            seq = _put(ctx, entry, view.state.upper)
-            cache, known_last = {seq: entry}, seq
+            claimed = ctx.wal.claim(entry, view.state.upper, pace=view.pace)
+            seq, entry = claimed.seq, claimed.entry
+            cache, waiting = _own(claimed), _waiting(ctx, claimed, view)
+            progress.waiting = waiting
             continue
-        pending = _read_pending(ctx, view.state.upper, known_last, cache)
-        known_last = None
+        if not waiting.should_commit(view.state.upper, ctx.now(), progress.t0, view.cadence):
+            # Not the head: the head's commit (or a helper's) will decide our entry; read the table again.
+            if ctx.now() > deadline:
+                raise unknown_error(
+                    ctx,
+                    seq,
+                    f"is durable but was not applied within {ctx.max_wait_s:.0f}s (committed upper "
+                    f"{view.state.upper}); the next commit on the table applies it exactly once",
+                )
+            progress.note(ctx, f"waiting for the commits before WAL seq {seq} (committed upper {view.state.upper})")
+            ctx.sleep(waiting.pause(ctx.rng))
+            view = reload(ctx, progress)
+            continue
+        listed = known if known is not None else ctx.wal.scan(view.state.upper)
+        known = None
+        if claimed.vanished and seq not in listed:
+            # Our put was answered "exists" by an object that vanished, and the position is empty. Read after
+            # the LIST, an upper still at or below it means it was never reconciled: an operator moved the
+            # object aside (gc deletes only below the upper), so ours is not there. Put our entry again.
+            fresh = reload(ctx, progress)
+            if seq >= fresh.state.upper:
+                claimed = ctx.wal.claim(entry, fresh.state.upper, pace=fresh.pace)
+                seq, entry = claimed.seq, claimed.entry
+                cache, waiting = _own(claimed), _waiting(ctx, claimed, fresh)
+                progress.waiting = waiting
+            view = fresh  # else reconciled meanwhile: its commit record says whose it was
+            continue
+        if not waiting.listed(listed):  # an entry lies before ours: its writer commits first
+            continue
+        pending = _read_pending(ctx, view.state.upper, cache, listed)
+        held = pending.get(seq)
+        if held is not None and held.token != entry.token:
+            # Our put was answered "exists" by an object that vanished before we could read it (a vanished
+            # claim); what holds the position now is not ours. Put our entry again.
+            claimed = ctx.wal.claim(entry, view.state.upper, pace=view.pace)
+            seq, entry = claimed.seq, claimed.entry
+            cache, waiting = _own(claimed), _waiting(ctx, claimed, view)
+            progress.waiting = waiting
+            continue
         plan = _plan(ctx, view, pending, refusals)
         mine = plan.decision_for(seq)
-        # A data entry decided without applying anything up to it, from the committed state alone: the outcome
-        # is final at this version, so no commit is needed. A decision that used facts outside the state (the
-        # partition spec, missing files) is committed first: those facts can change back (I9). Barriers change
-        # the state, so a barrier is always committed.
+        # A data entry decided without applying anything up to it, from the committed state alone, with
+        # nothing pending after it: the outcome is final at this version, so no commit is needed. A
+        # decision that used facts outside the state (the partition spec, missing files) is committed
+        # first: those facts can change back (I9). Barriers change the state, so a barrier is always
+        # committed; so is a decision with entries behind it, whose writers wait for this commit.
         if (
             mine is not None
             and entry.kind is EntryKind.DATA
             and mine.outcome is not Outcome.APPLIED
             and not mine.outcome.external
             and not plan.applied_before(seq)
+            and plan.decisions[-1].seq == seq
+            and plan.stop == "tail"
         ):
-            fresh = _reload(ctx, progress)
+            fresh = reload(ctx, progress)
             if fresh.version == view.version:
-                return _finish(ctx, progress, seq, mine.outcome, mine.detail, by_peer=False)
+                return finish(ctx, progress, seq, mine.outcome, mine.detail, by_peer=False)
             view = fresh
             continue
         if not plan.decisions:
             # A position below ours is missing although later ones exist, or our view is stale.
-            waits += 1
+            gaps += 1
             if ctx.now() > deadline:
-                raise _unknown(
+                raise unknown_error(
                     ctx,
                     seq,
                     f"is durable but position {plan.state.upper} is missing; it will be applied once the gap is "
                     f"resolved (see `fencedlake status {ctx.port.name}`)",
                 )
             progress.note(ctx, f"waiting for missing WAL position {plan.state.upper} (ours: {seq})")
-            ctx.sleep(_backoff(ctx, waits))
-            view = _reload(ctx, progress)
+            ctx.sleep(backoff(ctx, gaps))
+            view = reload(ctx, progress)
             continue
         view, landed = _commit_plan(ctx, view, plan, pending, entry, progress, refusals)
         if landed is not None and mine is not None:
-            return _finish(ctx, progress, seq, mine.outcome, mine.detail, by_peer=False)
+            return finish(ctx, progress, seq, mine.outcome, mine.detail, by_peer=False)
+        if landed is not None:
+            waiting.carry_on = True  # our commit stopped before our entry: commit on until it is decided
+        elif view.state.upper != waiting.upper:
+            waiting.conflicted(view.state.upper, ctx.now())  # a peer committed: it may have decided ours
         progress.note(ctx, f"committing WAL seq {seq} behind concurrent commits")
         if ctx.now() > deadline:
-            raise _unknown(
+            raise unknown_error(
                 ctx,
                 seq,
                 f"is durable but was not applied within {ctx.max_wait_s:.0f}s; the next commit on the table "
                 "applies it exactly once",
             )
+
+
+def _quiet(claimed: Claimed, view: TableView) -> list[int] | None:
+    """The pending positions up to ours, if the claim saw a quiet WAL (no LIST needed to commit them).
+
+    Quiet: the claim took the first free position and saw nothing pending but the writer's own
+    barrier (its epoch). Every position up to ours is then known; entries put after our claim wait
+    for this commit and lead the next.
+    """
+    own = claimed.entry.epoch if claimed.entry.kind is EntryKind.DATA else None
+    ahead = [p for p in claimed.ahead if p >= view.state.upper]
+    if claimed.vanished or claimed.entry.floor is not None or any(p != own for p in ahead):
+        return None
+    return [*ahead, claimed.seq]
+
+
+def _own(claimed: Claimed) -> dict[int, WalEntry]:
+    """The entries known without a read: our own, unless the claim vanished (then the position is read)."""
+    return {} if claimed.vanished else {claimed.seq: claimed.entry}
+
+
+def _waiting(ctx: CommitContext, claimed: Claimed, view: TableView) -> Waiting:
+    return Waiting(
+        claimed.seq,
+        claimed.ahead,
+        view.state.upper,
+        claimed.entry.epoch if claimed.entry.kind is EntryKind.DATA else None,
+        ctx.now(),
+        patience_s=ctx.patience_s,
+        poll_s=ctx.poll_s,
+        deadline_s=ctx.max_wait_s,
+        cadence=view.cadence,
+        pace=view.pace,
+    )
 
 
 def _plan(ctx: CommitContext, view: TableView, pending: Mapping[int, WalEntry], refusals: Refusals) -> ReconcilePlan:
@@ -265,6 +295,7 @@ def _plan(ctx: CommitContext, view: TableView, pending: Mapping[int, WalEntry], 
         spec_id=view.spec_id,
         missing=_missing_files(ctx, pending),
         refused=refusals.at(view.version),
+        voids=holes(pending, view.state.upper),
     )
 
 
@@ -274,7 +305,7 @@ def _commit_plan(
     plan: ReconcilePlan,
     pending: Mapping[int, WalEntry],
     entry: WalEntry,
-    progress: _Progress,
+    progress: Progress,
     refusals: Refusals,
 ) -> tuple[TableView, CommitRecord | None]:
     """One catalog commit attempt: the view to continue from, and the record if it landed.
@@ -296,6 +327,19 @@ def _commit_plan(
     slow = sum(1 for s in plan.apply if pending[s].untuned)
     if slow:  # applied writes that ran with Spark's per-row Arrow batch check on (spark.tuning)
         metrics["slow"] = slow
+    ages = sorted(int(ctx.wall() * 1000) - pending[s].created_ms for s in plan.apply if pending[s].created_ms)
+    if ages:  # time-to-commit of the applied writes, from their entries' creation (PROTOCOL.md §10)
+        metrics["age"] = max(0, ages[-1])
+        metrics["age50"] = max(0, ages[len(ages) // 2])
+    voided = sum(1 for d in plan.decisions if d.outcome is Outcome.VOID)
+    if voided:  # holes the commit passed over (PROTOCOL.md §3 step 3)
+        metrics["void"] = voided
+    waiting = progress.waiting
+    if waiting is not None:  # how this committer came to commit (PROTOCOL.md §10)
+        metrics["wait"] = int(waiting.waited_s * 1000)
+        metrics["poll"] = waiting.polls
+        if waiting.helped:
+            metrics["hlp"] = 1
     record = CommitRecord(
         first=plan.base.upper,
         outcomes=tuple((d.token[:TOKEN_CHARS], d.outcome.value) for d in plan.decisions),
@@ -309,12 +353,12 @@ def _commit_plan(
         return view, None
     except CommitConflict:
         progress.conflicts += 1
-        ctx.sleep(_backoff(ctx, progress.conflicts))
-        return _reload(ctx, progress), None
+        ctx.sleep(backoff(ctx, progress.conflicts))
+        return reload(ctx, progress), None
     except CommitUnknown:
         progress.unknowns += 1
         progress.unsure.append((record, helped, len(plan.decisions)))
-        return _reload(ctx, progress), None
+        return reload(ctx, progress), None
     failpoints.hit("commit.after-catalog-commit")
     progress.catalog_commits += 1
     progress.helped += helped
@@ -322,55 +366,24 @@ def _commit_plan(
     return new_view, record
 
 
-def _reload(ctx: CommitContext, progress: _Progress) -> TableView:
-    """Re-read the committed version, riding out a catalog outage (e.g. a database restart) until the deadline."""
-    failures = 0
-    while True:
-        try:
-            return ctx.load()
-        except FencedLakeError:
-            raise
-        except Exception as e:  # the catalog's database/transport errors: retry until the deadline
-            failures += 1
-            if ctx.now() > progress.t0 + ctx.max_wait_s:
-                raise
-            progress.note(ctx, f"re-reading the table through a catalog outage ({type(e).__name__})")
-            ctx.sleep(_backoff(ctx, failures))
-
-
-def _unknown(ctx: CommitContext, seq: int, why: str) -> CommitOutcomeUnknownError:
-    """The outcome-unknown error of WAL entry ``seq``: ``why`` continues "table T: WAL seq S ..."."""
-    return CommitOutcomeUnknownError(f"table {ctx.port.name}: WAL seq {seq} {why}", table=ctx.port.name, seq=seq)
-
-
-def _backoff(ctx: CommitContext, n: int) -> float:
-    """Exponential backoff with full jitter."""
-    return ctx.rng.uniform(0, min(ctx.backoff_cap_s, ctx.backoff_base_s * 2 ** min(n, 16)))
-
-
-def _finish(
-    ctx: CommitContext, progress: _Progress, seq: int | None, outcome: Outcome, detail: str, *, by_peer: bool
-) -> CommitResult:
-    p = progress
-    counts = (p.attempts, p.conflicts, p.unknowns, p.catalog_commits, p.group, p.helped)
-    result = CommitResult(seq, outcome, detail, (ctx.now() - p.t0) * 1000, *counts, by_peer)
-    logger.info("fencedlake commit table=%s %s", ctx.port.name, result.summary())
-    return result
-
-
-def recover(ctx: CommitContext) -> list[CommitRecord]:
+def recover(ctx: CommitContext, *, through: int | None = None) -> list[CommitRecord]:
     """Reconcile and commit every pending entry now (what the next writer would do).
 
-    Returns the commit records of the commits this call landed, in order.
+    With ``through``, only the entries up to that position (what lies above it is neither read nor
+    waited for). Returns the commit records of the commits this call landed, in order.
     """
     records: list[CommitRecord] = []
-    progress = _Progress(t0=ctx.now())
+    progress = Progress(t0=ctx.now())
     cache: dict[int, WalEntry] = {}
     nobody = WalEntry(kind=EntryKind.DATA, token="", writer="")
     refusals = Refusals()
     view = ctx.load()
     while ctx.now() <= progress.t0 + ctx.max_wait_s:
-        pending = _read_pending(ctx, view.state.upper, None, cache)
+        if through is not None and view.state.upper > through:
+            return records
+        listed = ctx.wal.scan(view.state.upper)
+        listed = [s for s in listed if s <= through] if through is not None else listed
+        pending = _read_pending(ctx, view.state.upper, cache, listed)
         plan = _plan(ctx, view, pending, refusals)
         if not plan.decisions:
             return records

@@ -86,6 +86,10 @@ class CommitContext:
         file_exists: Tells whether a data file exists (None: never checked).
         verify_files_after_s: Entries pending longer than this have their files'
             existence checked before they are applied (MISSING_FILES otherwise).
+        poll_s: Seconds between table reads of a writer waiting for the head's commit, until
+            it has seen the commit cadence (``protocol.waiting``).
+        patience_s: The least time the committed upper must stand still before a waiting
+            writer commits itself (helps).
     """
 
     port: TablePort
@@ -95,6 +99,8 @@ class CommitContext:
     max_group: int = MAX_GROUP_DEFAULT
     file_exists: Callable[[str], bool] | None = None
     verify_files_after_s: float = VERIFY_FILES_AFTER_S
+    poll_s: float = 0.05
+    patience_s: float = 0.5
     backoff_base_s: float = 0.02
     backoff_cap_s: float = 2.0
     sleep: Callable[[float], None] = time.sleep
@@ -123,6 +129,12 @@ class CommitContext:
         if view.fresh:
             checkpoint = self.wal.latest_checkpoint()
             if checkpoint is not None:
+                # Read while the table had no commit yet, and the listing ran after writers committed and gc
+                # checkpointed: that is no lost state. Only a table still without its state on a second read
+                # is one.
+                again = self.port.load()
+                if not again.fresh:
+                    return self.check(again)
                 raise TableStateError(
                     f"table {self.port.name} has no fencedlake.state property, but gc checkpointed its state at "
                     f"upper {checkpoint[0]} before truncating its WAL: the property was removed; rebuild it with "
@@ -148,6 +160,9 @@ class CommitResult:
         group: Positions reconciled by the commit that decided this entry, when this writer made it.
         helped: Peers' entries this writer's commits applied.
         by_peer: A peer's commit (or the committed state) decided this entry.
+        waits: Table reads this writer made while it waited for the commits before its entry.
+        helper: This writer committed as a helper: the upper stood still for its patience
+            while an entry before its own waited (``protocol.waiting``).
     """
 
     seq: int | None
@@ -161,11 +176,13 @@ class CommitResult:
     group: int = 0
     helped: int = 0
     by_peer: bool = False
+    waits: int = 0
+    helper: bool = False
 
     def summary(self) -> str:
         """A compact one-line form for logs."""
         return (
             f"seq={self.seq} outcome={self.outcome.name} latency_ms={self.latency_ms:.1f} attempts={self.attempts} "
             f"conflicts={self.conflicts} unknowns={self.unknowns} group={self.group} helped={self.helped} "
-            f"by_peer={self.by_peer}"
+            f"by_peer={self.by_peer} waits={self.waits} helper={self.helper}"
         )

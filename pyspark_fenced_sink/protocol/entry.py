@@ -179,6 +179,10 @@ class WalEntry:
         folded: ``COMPACT``: the paths of the position delete files it folds into its files, sorted.
         upsert: ``UPSERT``: the key and order columns.
         deletes: ``UPSERT``: its delete-key files (encoded like ``files``; ``protocol.upsert``).
+        floor: The first position its writer could have claimed (one past the tail it listed) when
+            that is below the entry's own: the positions in between that no object fills were
+            jumped over and are *holes*, which a commit voids (PROTOCOL.md §3 step 3). None: the
+            entry took the first free position.
     """
 
     kind: EntryKind
@@ -208,6 +212,7 @@ class WalEntry:
     folded: tuple[str, ...] = ()
     upsert: UpsertSpec | None = None
     deletes: tuple[Mapping[str, Any], ...] = ()
+    floor: int | None = None
 
     def __post_init__(self) -> None:
         # Callers may pass the enums' string values (``mode="overwrite"``); store the enums.
@@ -279,6 +284,7 @@ def encode_entry(entry: WalEntry) -> bytes:
         "folded": list(entry.folded) or None,
         "upsert": None if entry.upsert is None else entry.upsert.encode(),
         "deletes": list(entry.deletes) or None,
+        "floor": entry.floor,
     }
     body.update({k: v for k, v in optional.items() if v is not None})
     return dumps(body).encode()
@@ -321,6 +327,7 @@ def decode_entry(data: bytes, key: str = "?") -> WalEntry:
             folded=text_list(body, "folded"),
             upsert=None if body.get("upsert") is None else UpsertSpec.decode(body["upsert"]),
             deletes=_key_refs(body.get("deletes")),
+            floor=field(body, "floor", "a WAL position", is_count),
         )
         _check_kind(entry)
         if body["v"] < _version_of(entry):  # no fencedlake writes it: a reader of that version would misapply it

@@ -5,17 +5,24 @@ incarnation: batch writers with ``writer.id`` put one when they open
 (:func:`open_writer`), streaming runs when they register at their first commit
 (:func:`stream_epoch`, with the run registry), the CLI to fence. Entries of an
 older epoch above a newer epoch's barrier are FENCED by reconciliation.
-:func:`put_barrier` never trusts a position a truncation may have reused.
+:func:`put_barrier` never trusts a position a truncation may have reused or
+a commit may void, and seals the holes below a barrier before it is used.
 """
 
 from __future__ import annotations
 
+import contextlib
 import re
 import uuid
 from dataclasses import dataclass
 
 from pyspark_fenced_sink import failpoints
-from pyspark_fenced_sink.errors import CommitOutcomeUnknownError, FencedWriterError, InvalidOptionsError
+from pyspark_fenced_sink.errors import (
+    CommitOutcomeUnknownError,
+    CorruptControlDataError,
+    FencedWriterError,
+    InvalidOptionsError,
+)
 from pyspark_fenced_sink.protocol.commit import recorded_token, recover
 from pyspark_fenced_sink.protocol.context import CommitContext
 from pyspark_fenced_sink.protocol.entry import TOKEN_CHARS, EntryKind, WalEntry
@@ -91,22 +98,58 @@ def put_barrier(ctx: CommitContext, entry: WalEntry, start: int) -> int:
     upper is pending and will be reconciled; a seq below it is ours only if
     its commit record holds our token (a lost response whose put a peer
     reconciled) — otherwise the barrier is appended again. Data entries need no
-    such check: the commit loop does it (PROTOCOL.md §6). A position that said
-    "exists" and was gone when read, at or above the upper, was moved aside by an
-    operator (``gc`` deletes only below it): never reconciled, never ours, so the
-    barrier is put there again.
+    such check: the commit loop does it (PROTOCOL.md §6).
+
+    Writers claim positions in a window above the tail, and a commit voids the
+    holes it passes over (PROTOCOL.md §3 step 3). So before the barrier is used:
+
+    * the holes between the upper and it are sealed (``Wal.seal``): an entry of
+      an older incarnation put there later would be reconciled before the
+      barrier (I4). Sealed, every hole below it is taken, and later puts land
+      above it;
+    * the same LIST shows whether anything lies above the barrier. If nothing
+      does, no commit can void its position (a commit voids a position only if
+      its LIST missed it but saw an entry above it that declares it, put before
+      it — which this LIST would have shown). If something does, the
+      entries through the barrier are committed now (``recover(through=)``:
+      nothing above it is read, so nothing above it can block this) and the
+      barrier is used only if its record names it; otherwise it is put again.
     """
+    token = entry.token[:TOKEN_CHARS]
     while True:
-        seq, vanished = ctx.wal.append_claim(entry, start)
+        claimed = ctx.wal.claim(entry, start)
+        seq = claimed.seq
+        held = not claimed.vanished or _holds(ctx, seq, entry.token)  # read before the state, as below
         view = ctx.load()
-        if seq >= view.state.upper:
-            if not vanished:
+        if seq < view.state.upper:
+            if recorded_token(ctx, view, seq) == token:
                 return seq
+            start = view.state.upper
+            continue
+        if not held:
+            # "Exists", then gone, at or above the upper: an operator moved the object aside (gc deletes only
+            # below the upper); never reconciled and not ours. Put the barrier again.
             start = seq
             continue
-        if recorded_token(ctx, view, seq) == entry.token[:TOKEN_CHARS]:
+        if not ctx.wal.seal(view.state.upper, claimed):
+            return seq  # nothing above it after its put: no commit can ever void it
+        # An entry above may declare the barrier's position a hole, and a commit that listed the WAL before
+        # the barrier's put would void it: commit through it now, and use it only if its record names it.
+        with contextlib.suppress(CorruptControlDataError):  # damaged below it: that blocks every commit, too
+            recover(ctx, through=seq)
+        view = ctx.load()
+        if seq >= view.state.upper or recorded_token(ctx, view, seq) == token:
             return seq
         start = view.state.upper
+
+
+def _holds(ctx: CommitContext, seq: int, token: str) -> bool:
+    """True if WAL position ``seq`` holds the entry with owner ``token`` (a damaged object holds none)."""
+    try:
+        found = ctx.wal.read(seq)
+    except CorruptControlDataError:
+        return False
+    return found is not None and found.token == token
 
 
 def open_writer(

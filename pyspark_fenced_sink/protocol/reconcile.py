@@ -5,7 +5,9 @@ state, the entries from the upper on and the facts outside the state the caller
 passes in (spec id, missing files, refusals: *external* decisions, committed
 before they are reported, §6). Positions below the upper are never applied again,
 the one at it is applied, those above wait (:func:`position`); batch ids are
-judged exactly (``protocol.batches``); :func:`transition` is the one place a
+judged exactly (``protocol.batches``); a missing position an entry above it
+declares jumped over (a *hole*, ``wal.holes``) is decided VOID and passed over,
+any other missing position waits (a lost object); :func:`transition` is the one place a
 decision changes the state (``repair-state`` replays it), :func:`remembered` the one
 place an upsert changes the remembered deletes (§5.5). A commit is a run of
 appends, a run of upserts (the catalog side applies them in WAL order), or one
@@ -73,6 +75,7 @@ class Outcome(str, Enum):
     BARRIER = "B"
     MARK = "M"
     SKIPPED = "K"
+    VOID = "V"  # a hole: no entry's outcome (a put landing there later finds another token, §6)
 
     @property
     def succeeded(self) -> bool:
@@ -262,6 +265,7 @@ def reconcile(
     spec_id: int | None = None,
     missing: Collection[int] = (),
     refused: Mapping[int, str] | None = None,
+    voids: Collection[int] = (),
 ) -> ReconcilePlan:
     """Plan the next commit from ``state`` and the entries at or above its upper.
 
@@ -271,7 +275,8 @@ def reconcile(
     commit can only add files under the default spec. ``missing`` holds the
     positions whose data files were found missing (MISSING_FILES); ``refused``
     the positions the catalog side refused to apply on this version, and why
-    (REFUSED).
+    (REFUSED); ``voids`` the missing positions that are holes (``wal.holes``): each
+    is decided VOID, the others stop the plan.
     """
     refused = refused or {}
     writers = dict(state.writers)
@@ -282,14 +287,21 @@ def reconcile(
     head: WalEntry | None = None
     seq = state.upper
     stop = "tail"
+    voided = 0
     while True:
         entry = entries.get(seq)
-        if entry is None:
-            stop = "gap" if any(s > seq for s in entries) else "tail"
+        later = entry is None and any(s > seq for s in entries)
+        if entry is None and not (later and seq in voids):
+            stop = "gap" if later else "tail"
             break
-        if len(decisions) >= max_group:
+        if entry is not None and len(decisions) - voided >= max_group:  # holes cost nothing: not counted
             stop = "limit"
             break
+        if entry is None:  # a hole an entry above declares: void it and go on
+            voided += 1
+            decisions.append(Decision(seq, "", "", Outcome.VOID, "a hole: no entry was put here before the commit"))
+            seq += 1
+            continue
         outcome, detail = _decide(seq, entry, writers, expired_before, spec_id, missing, refused)
         applies = outcome is Outcome.APPLIED and entry.kind in (EntryKind.DATA, EntryKind.PUBLISH)
         if applies and head is not None and not _joins(head, entry):

@@ -10,7 +10,8 @@ from the newest state checkpoint ``gc`` left (or the empty state), and replay
 every position from there to the newest commit record through
 ``reconcile.transition`` with the outcome the record holds — the same code
 that changed the state when the commit was made. Every position replayed must
-still have its WAL object and its commit record, with matching tokens;
+still have its WAL object and its commit record, with matching tokens (a hole
+a commit voided has neither an entry nor a state change: it is passed over);
 otherwise the rebuild refuses and says which position is missing, rather
 than guess.
 """
@@ -85,8 +86,10 @@ def rebuild_state(ctx: CommitContext, table_uuid: str, root: str) -> tuple[Rebui
     outcomes = {r.first + i: pair for r in records for i, pair in enumerate(r.outcomes)}
     writers, expired, tombstones = dict(state.writers), state.expired_before, state.tombstones
     for seq in range(start, upper):
-        entry = ctx.wal.read(seq)
         found = outcomes.get(seq)
+        if found is not None and found[1] == Outcome.VOID.value:
+            continue  # a hole the commit voided: no entry, no state change (a put that landed later is inert)
+        entry = ctx.wal.read(seq)
         if entry is None or found is None:
             what = "WAL object" if entry is None else "commit record (its snapshot expired)"
             raise TableStateError(

@@ -33,6 +33,9 @@ class TableView:
             current snapshot's ancestry (None: no fencedlake commit there).
         state_error: Why the state property could not be read (damaged, another format
             version); ``state`` is then empty and :func:`bind` refuses the view.
+        pace: WAL positions reconciled per second by the table's recent fencedlake commits
+            (None: not known). It only tunes how writers claim positions and wait.
+        cadence: Seconds between the table's recent fencedlake commits (None: not known).
     """
 
     state: CommittedState
@@ -44,6 +47,8 @@ class TableView:
     fresh: bool = False
     recorded_upper: int | None = None
     state_error: str | None = None
+    pace: float | None = None
+    cadence: float | None = None
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,11 @@
 """The write-ahead log: put-if-absent append, reads, truncation, checkpoints, run registry (PROTOCOL.md §3, §8; driver).
 
 Every entry is one immutable object at a fresh position (``protocol.layout``),
-created with put-if-absent after the tail the writer sees; an "already exists"
-is resolved by the owner token, never by guessing (I7). Truncation keeps the
+created with put-if-absent in a window above the tail the writer sees
+(:meth:`Wal.claim`; positions it jumps over and nobody fills are holes that
+commits void, :func:`holes`); an "already exists" is resolved by the owner
+token, never by guessing (I7). Entries are read in parallel
+(:meth:`Wal.read_many`). Truncation keeps the
 object at ``upper - 1`` so no put lands in a truncated position; ``gc``
 checkpoints the committed state first. Entries themselves are ``protocol.entry``'s.
 """
@@ -10,12 +13,17 @@ checkpoints the committed state first. Entries themselves are ``protocol.entry``
 from __future__ import annotations
 
 import json
+import random
+import threading
 import time
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
 
 from pyspark_fenced_sink.errors import CommitOutcomeUnknownError, CorruptControlDataError, StoreError
 from pyspark_fenced_sink.protocol.codec import MALFORMED, dumps
-from pyspark_fenced_sink.protocol.entry import WalEntry, decode_entry, encode_entry
+from pyspark_fenced_sink.protocol.entry import EntryKind, WalEntry, decode_entry, encode_entry
 from pyspark_fenced_sink.protocol.layout import (
     CHECKPOINT_PREFIX,
     WAL_PREFIX,
@@ -27,7 +35,7 @@ from pyspark_fenced_sink.protocol.layout import (
 )
 from pyspark_fenced_sink.store.base import Claim, ObjectStore, claim_key, create_resolved
 
-__all__ = ["Wal"]
+__all__ = ["Claimed", "Wal", "holes"]
 
 
 def _entry_token(raw: bytes) -> str:
@@ -42,15 +50,93 @@ def _token_of(raw: bytes) -> str:
     return str(json.loads(raw).get("token"))
 
 
+#: The writer and reason recorded in the ``skip`` entries that seal holes below a barrier (``Wal.seal``).
+SEAL_WRITER = "fencedlake-seal"
+SEAL_REASON = "hole below a barrier, sealed"
+#: Claims spread over at most this many positions above the tail (after lost races, or under load).
+SPREAD_MAX = 32
+#: The first claim spreads over about ``pace * (one LIST's duration) * SPREAD_FACTOR`` positions: the writers
+#: that claim within one round trip of each other then mostly pick different positions.
+SPREAD_FACTOR = 8.0
+#: After this many lost races in a row, list the tail again instead of jumping on.
+RELIST_AFTER = 3
+
+#: Parallel GETs of :meth:`Wal.read_many` per process (WAL objects are small; the store's latency dominates).
+READ_THREADS = 16
+_pool: ThreadPoolExecutor | None = None
+_pool_lock = threading.Lock()
+
+
+def _read_pool() -> ThreadPoolExecutor:
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            _pool = ThreadPoolExecutor(max_workers=READ_THREADS, thread_name_prefix="fencedlake-wal-read")
+        return _pool
+
+
+@dataclass(frozen=True)
+class Claimed:
+    """A position an entry was put at.
+
+    Attributes:
+        seq: The position.
+        vanished: The position answered "exists" and the object was gone before it could be
+            read (reconciled and truncated meanwhile): whether it was our own earlier attempt,
+            only the commit record of ``seq`` can tell.
+        entry: The entry as written (with its ``floor``).
+        ahead: Positions below ``seq`` this writer saw taken (listed, or lost a race for).
+    """
+
+    seq: int
+    vanished: bool
+    entry: WalEntry
+    ahead: tuple[int, ...]
+
+
+def _spread(pace: float | None, list_s: float) -> int:
+    """How many positions above the tail a first claim spreads over (1: none)."""
+    if not pace:
+        return 1
+    return max(1, min(SPREAD_MAX, round(pace * list_s * SPREAD_FACTOR)))
+
+
+def holes(entries: Mapping[int, WalEntry], upper: int) -> frozenset[int]:
+    """Missing positions at or above ``upper`` that an entry above them declares it jumped over.
+
+    An entry at ``s`` with ``floor`` f declares every missing position in ``[f, s)``: its writer
+    listed the WAL with nothing at or above ``f`` and claimed past it (PROTOCOL.md §3 step 3).
+    A position no entry declares stays a gap.
+    """
+    found: set[int] = set()
+    for seq, entry in entries.items():
+        if entry.floor is not None:
+            found.update(p for p in range(max(entry.floor, upper), seq) if p not in entries)
+    return frozenset(found)
+
+
 class Wal:
     """Reads and appends WAL entries in one control store."""
 
     put_attempts = 5
 
-    def __init__(self, store: ObjectStore, *, label: str = "", sleep: Callable[[float], None] = time.sleep) -> None:
+    def __init__(
+        self,
+        store: ObjectStore,
+        *,
+        label: str = "",
+        sleep: Callable[[float], None] = time.sleep,
+        parallel_reads: bool = True,
+        rng: random.Random | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.store = store
         self.label = label or repr(store)
         self.sleep = sleep
+        self.rng = rng or random.Random()
+        self.clock = clock
+        #: :meth:`read_many` reads in parallel (False: one after the other, as the model test schedules them).
+        self.parallel_reads = parallel_reads
 
     def scan(self, start: int) -> list[int]:
         """Positions present at or after ``start``, sorted (one LIST request)."""
@@ -67,6 +153,35 @@ class Wal:
         data = self.store.get(wal_key(seq))
         return None if data is None else decode_entry(data, f"{self.label}/{wal_key(seq)}")
 
+    def read_many(self, seqs: Sequence[int]) -> list[WalEntry | None]:
+        """The entries at ``seqs``, in order, read in parallel; None where a position is empty.
+
+        WAL objects are immutable, so the reads need no order among themselves. A damaged
+        object raises only if every position before it holds an entry (as reading them one
+        by one, stopping at the first empty position, would).
+        """
+        if not self.parallel_reads or len(seqs) <= 1:
+            found = []
+            for s in seqs:
+                entry = self.read(s)
+                found.append(entry)
+                if entry is None:
+                    break
+            return found + [None] * (len(seqs) - len(found))
+
+        def read(seq: int) -> WalEntry | CorruptControlDataError | None:
+            try:
+                return self.read(seq)
+            except CorruptControlDataError as e:
+                return e
+
+        out: list[WalEntry | None] = []
+        for got in _read_pool().map(read, seqs):
+            if isinstance(got, CorruptControlDataError) and None not in out:
+                raise got
+            out.append(got if isinstance(got, WalEntry) else None)
+        return out
+
     def append(self, entry: WalEntry, start: int) -> int:
         """Put ``entry`` at the first free position after the tail seen from ``start``; returns its seq.
 
@@ -76,26 +191,44 @@ class Wal:
         return self.append_claim(entry, start)[0]
 
     def append_claim(self, entry: WalEntry, start: int) -> tuple[int, bool]:
-        """Put ``entry`` at the first free position after the tail seen from ``start``.
+        """:meth:`claim` at the first free position after the tail: (seq, vanished)."""
+        claimed = self.claim(entry, start)
+        return claimed.seq, claimed.vanished
 
-        Returns (seq, vanished). ``vanished`` is True when the position answered
-        "exists" and the object was gone before it could be read: it was
-        reconciled and truncated meanwhile, and whether it was our own earlier
-        attempt (a lost response) only the commit record of ``seq`` can tell —
-        the caller looks it up (PROTOCOL.md §6). The key is never created again.
+    def claim(self, entry: WalEntry, start: int, *, pace: float | None = None) -> Claimed:
+        """Put ``entry`` at a free position above the tail seen from ``start`` (PROTOCOL.md §3 step 3).
+
+        One LIST finds the tail ``t``; the first try is ``t + 1``, or under load (``pace``:
+        positions reconciled per second lately) a position drawn from the next few, so that
+        writers claiming at the same moment mostly pick different ones. A race lost to a peer
+        jumps a few positions on without listing again (every few losses, it lists again).
+        The entry records ``floor = t + 1`` when it lands above it: the positions in between
+        that stay empty are holes, which the next commit voids (:func:`holes`).
 
         Raises StoreError if nothing can have been written, or
         CommitOutcomeUnknownError if a put may have landed but could not be confirmed.
         """
-        data = encode_entry(entry)
-        seqs = self.scan(start)
-        seq = seqs[-1] + 1 if seqs else start
+        t0 = self.clock()
+        listed = self.scan(start)
+        spread = _spread(pace, self.clock() - t0)
+        floor = listed[-1] + 1 if listed else start
+        taken = list(listed)
+        seq = floor + self.rng.randrange(spread)
+        lost = 0
         while True:
-            claim = self._claim(seq, data, entry.token)
+            written = replace(entry, floor=floor if seq > floor else None)
+            claim = self._claim(seq, encode_entry(written), entry.token)
             if claim is not Claim.THEIRS:
-                return seq, claim is Claim.VANISHED
-            seqs = self.scan(seq + 1)
-            seq = seqs[-1] + 1 if seqs else seq + 1
+                return Claimed(seq, claim is Claim.VANISHED, written, tuple(p for p in taken if p < seq))
+            taken.append(seq)
+            lost += 1
+            if lost % RELIST_AFTER == 0:  # far behind the tail: find it again
+                listed = self.scan(seq + 1)
+                taken += listed
+                floor = listed[-1] + 1 if listed else seq + 1
+                seq = floor
+                continue
+            seq += 1 + self.rng.randrange(min(SPREAD_MAX, max(spread, 2**lost)))
 
     def truncate(self, upper: int) -> int:
         """Delete positions below ``upper - 1`` (``upper``: the committed upper); returns how many.
@@ -141,6 +274,33 @@ class Wal:
     def remove(self, seq: int) -> None:
         """Delete the object at ``seq`` (only ever below the committed upper)."""
         self.store.delete(wal_key(seq))
+
+    def seal(self, upper: int, claimed: Claimed) -> list[int]:
+        """Fill the holes below ``claimed`` (a barrier) with ``skip`` entries; return the positions listed above it.
+
+        One LIST from ``upper``. A hole is an empty position in ``[upper, claimed.seq)`` that an
+        entry above it (below or above the barrier, or the barrier itself) declares it jumped over
+        (:func:`holes`); the entries are read only when such a position exists. An
+        empty position nobody declares is a lost object, left to the operator (it blocks the
+        table as before). A position a writer takes first keeps its entry (put-if-absent):
+        after this, every hole below the barrier holds an object, so no later put lands below it.
+        """
+        listed = self.scan(upper)
+        below = {p for p in listed if p < claimed.seq}
+        missing = [p for p in range(upper, claimed.seq) if p not in below]
+        if missing:
+            entries: dict[int, WalEntry] = {claimed.seq: claimed.entry}
+            for p in (p for p in listed if p > missing[0] and p != claimed.seq):  # declarers, above it too
+                try:
+                    found = self.read(p)
+                except CorruptControlDataError:
+                    continue  # damaged: it takes its position, and declares nothing we can read
+                if found is not None:
+                    entries[p] = found
+            for seq in sorted(holes(entries, upper) & set(missing)):
+                seal = WalEntry(kind=EntryKind.SKIP, token=uuid.uuid4().hex, writer=SEAL_WRITER, reason=SEAL_REASON)
+                self._claim(seq, encode_entry(seal), seal.token)
+        return [p for p in listed if p > claimed.seq]
 
     def put_skip(self, seq: int, entry: WalEntry) -> bool:
         """Put an operator's ``skip`` entry at exactly ``seq`` (put-if-absent); False if the position is taken."""

@@ -15,7 +15,8 @@ class MemoryStore:
 
     ``before_put(key) -> str | None`` may return ``"lost-before"`` (raise an
     ambiguous error without applying) or ``"lost-after"`` (apply, then raise
-    an ambiguous error). ``before_op(kind, key)`` runs before every request.
+    an ambiguous error). ``before_op(kind, key)`` runs before every request;
+    ``created(key, data)`` after every put that created its key (inside the lock).
     """
 
     def __init__(self) -> None:
@@ -23,6 +24,7 @@ class MemoryStore:
         self._lock = threading.Lock()
         self.before_put: Callable[[str], str | None] | None = None
         self.before_op: Callable[[str, str], None] | None = None
+        self.created: Callable[[str, bytes], None] | None = None
 
     def _op(self, kind: str, key: str) -> None:
         if self.before_op is not None:
@@ -47,6 +49,8 @@ class MemoryStore:
             created = key not in self.objects
             if created:
                 self.objects[key] = bytes(data)
+                if self.created is not None:
+                    self.created(key, self.objects[key])
         if fault == "lost-after":
             raise StoreError(f"PUT {key}: response lost (applied={created})", ambiguous=True)
         return created

@@ -47,7 +47,9 @@ def check_table(table: Any, wal: Wal, exists: Callable[[str], bool], *, truncate
 
     ``exists(path)`` tells whether a data file path is present in storage.
     Assumes no snapshot expiry ran (every position below the upper has a
-    record). With ``truncated`` (``gc`` ran), a position below the upper may
+    record). An object at a position a commit voided as a hole was put there
+    later and is inert: its writer put its entry again. With ``truncated``
+    (``gc`` ran), a position below the upper may
     hold an object a stale writer re-created after truncation (PROTOCOL.md
     §8), so record and object tokens are not compared and such entries are
     not judged.
@@ -101,6 +103,14 @@ def check_table(table: Any, wal: Wal, exists: Callable[[str], bool], *, truncate
             v.append(f"I3: WAL position {seq} below the upper has no recorded outcome")
             continue
         token, code = outcome[seq]
+        if code == "V":  # a hole the commit voided: an object there was put later and is inert (PROTOCOL.md §6)
+            if entry.kind is EntryKind.DATA and any(encoded_path(f) in live for f in entry.files):
+                applied_elsewhere = any(
+                    t == entry.token[:TOKEN_CHARS] and c == "A" for s, (t, c) in outcome.items() if s != seq
+                )
+                if not applied_elsewhere:
+                    v.append(f"I1: entry {seq} ({entry.writer}) landed in a voided hole but its files are live")
+            continue
         if token != entry.token[:TOKEN_CHARS]:
             if not truncated:
                 v.append(f"I7: record for {seq} names token {token}, the WAL object holds {entry.token[:TOKEN_CHARS]}")

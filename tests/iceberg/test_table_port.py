@@ -196,12 +196,13 @@ def test_lagging_writer_finds_its_outcome_in_a_peer_commit_record(wh: str) -> No
     ctx = _ctx(wh)
     view = ctx.port.load()
     mine = _prepared_entry(wh, "slow", 100, 10)
-    seq = ctx.wal.append(mine, start=view.state.upper)
+    claimed = ctx.wal.claim(mine, view.state.upper)
     for i in range(3):
         sink_write(wh, TABLE, rows("peer", 10 + i, 1))
-    from pyspark_fenced_sink.protocol.commit import _drive, _Progress
+    from pyspark_fenced_sink.protocol.commit import _drive
+    from pyspark_fenced_sink.protocol.progress import Progress
 
-    result = _drive(ctx, mine, seq, view, _Progress(t0=ctx.now()))
+    result = _drive(ctx, claimed, view, Progress(t0=ctx.now()))
     assert result.outcome is Outcome.APPLIED and result.by_peer and result.catalog_commits == 0
     assert table_ids(wh, TABLE).count(100) == 1
 

@@ -147,6 +147,17 @@ class Env:
     injected: Counter[str] = field(default_factory=Counter)
     #: Streaming runs refused as fenced: (process, writer, run, the run that was current).
     fences: list[tuple[str, str, str, str | None]] = field(default_factory=list)
+    #: Incarnations opened (a batch open or a streaming registration returned): (writer, epoch, barrier token
+    #: prefix, virtual time), and when each WAL object was created: (control root, seq) -> (time, token prefix).
+    opens: list[tuple[str, int, str, float]] = field(default_factory=list)
+    #: The pace the catalog reports (``TableView.pace``): None, or writers spread their claims over a
+    #: window above the tail (more holes, voided by commits).
+    pace: float | None = None
+    created_at: dict[tuple[str, int], tuple[float, str]] = field(default_factory=dict)
+    #: Spawn the zombie race (an old incarnation stalling between its claim's LIST and PUT, a newer one opening).
+    zombie: bool = False
+    #: Processes that slow to a crawl after their next LIST, until their next put.
+    stall_after_list: set[str] = field(default_factory=set)
     _ambiguous_streak: Counter[str] = field(default_factory=Counter)
     #: Draws for the write modes (mode, filter, branch, properties, file partitions): a stream of its own, so
     #: a schedule without them (``features`` False) interleaves exactly as before they existed.
@@ -173,14 +184,24 @@ class Env:
         store = self.stores.get(root)
         if store is None:
             store = self.stores[root] = MemoryStore()
-            store.before_op = lambda kind, key: self.sched.checkpoint()
+            store.before_op = self._before_op
             store.before_put = self._put_fault
+            store.created = lambda key, data: self._created(root, key, data)
         return store
+
+    def _before_op(self, kind: str, key: str) -> None:
+        proc = self.sched.current()
+        if proc is not None and kind == "list" and proc.name in self.stall_after_list:
+            proc.weight = 0.02  # listed: now it crawls until its put
+        self.sched.checkpoint()
 
     def _put_fault(self, key: str) -> str | None:
         proc = self.sched.current()
         if proc is None:
             return None
+        if proc.name in self.stall_after_list and proc.weight < 0.1:
+            self.stall_after_list.discard(proc.name)
+            proc.weight = 1.0
         # At most 2 faults per process and key: a create_resolved call (5 attempts) can always finish.
         streak = f"{proc.name}:{key}"
         if self.rng.random() >= self.faults.ambiguous_put or self._ambiguous_streak[streak] >= 2:
@@ -188,6 +209,15 @@ class Env:
         self._ambiguous_streak[streak] += 1
         self.injected["put"] += 1
         return self.rng.choice(["lost-before", "lost-after"])
+
+    def _created(self, root: str, key: str, data: bytes) -> None:
+        seq = seq_of(key)
+        if seq is not None:
+            try:
+                token = decode_entry(data).token[:TOKEN_CHARS]
+            except CorruptControlDataError:
+                return
+            self.created_at[(root, seq)] = (self.sched.clock, token)
 
     def _commit_fault(self) -> str | None:
         if self.sched.current() is None or self.rng.random() >= self.faults.unknown_commit:
@@ -203,6 +233,7 @@ class Env:
             checkpoint=self.sched.checkpoint,
             fault=self._commit_fault,
             rebase_on_conflict=self.rebase_on_conflict,
+            pace=self.pace,
         )
 
     def ctx(self, *, check: bool = True) -> CommitContext:
@@ -215,7 +246,14 @@ class Env:
             root = control_root(raw.location or "", str(raw.table_uuid))
         ctx = CommitContext(
             port=port,
-            wal=Wal(self.store_for(root), label="model", sleep=self.sched.sleep),
+            wal=Wal(
+                self.store_for(root),
+                label="model",
+                sleep=self.sched.sleep,
+                parallel_reads=False,  # every read a scheduling point, in order
+                rng=random.Random(self.rng.random()),
+                clock=self.sched.now,
+            ),
             identity=TableIdentity(str(raw.table_uuid), root),
             max_wait_s=120.0,
             max_group=self.rng.choice([2, 5, 1000]),
@@ -421,10 +459,35 @@ def batch_job(env: Env, name: str, writer: str, batch: int, retries: int = 1) ->
             return
         ctx, view, ident = opened
         write.barrier = (int(ident.epoch or 0), str(ident.barrier_token))
+        env.opens.append((writer, int(ident.epoch or 0), str(ident.barrier_token)[:TOKEN_CHARS], env.sched.clock))
         files = env.write_files(_tag(ctx, writer, False, ident.epoch, ident.opened, batch), write.key, 1)
         _run_write(env, write, data_entry(ident, files, batch=batch, spec_id=view.spec_id), ctx)
         if not isinstance(write.error, FencedWriterError):
             return
+
+
+def zombie_job(env: Env, name: str) -> None:
+    """An incarnation of writer ``late`` that stalls between its data claim's LIST and its PUT (I4 in real time).
+
+    A newer incarnation opens meanwhile (``newer_job``); writers that claimed past positions left holes below
+    its barrier. The barrier seals them, so the stalled put cannot land below the barrier and be applied.
+    """
+    write = Write(name, f"late:b0:{name}")
+    opened = _open(env, write, "late")
+    if opened is None:
+        return
+    ctx, view, ident = opened
+    write.barrier = (int(ident.epoch or 0), str(ident.barrier_token))
+    env.opens.append(("late", int(ident.epoch or 0), str(ident.barrier_token)[:TOKEN_CHARS], env.sched.clock))
+    files = env.write_files(_tag(ctx, "late", False, ident.epoch, ident.opened, 0), write.key, 1)
+    env.stall_after_list.add(name)
+    _run_write(env, write, data_entry(ident, files, batch=0, spec_id=view.spec_id), ctx)
+
+
+def newer_job(env: Env, name: str, delay: float) -> None:
+    """The newer incarnation of writer ``late``: opens after the zombie, then writes batch 1."""
+    env.sched.sleep(delay)
+    batch_job(env, name, "late", 1, retries=0)
 
 
 def stream_run(
@@ -444,6 +507,7 @@ def stream_run(
             view = ctx.load()
             current = view.state.writers.get(writer)
             epoch = stream_epoch(ctx, view.state, writer, run, query)
+            env.opens.append((writer, epoch, "", env.sched.clock))
         except FencedWriterError as e:
             write.error = e
             env.fences.append((name, writer, run, current.run if current else None))
@@ -579,12 +643,17 @@ def _lose_and_skip(env: Env) -> None:
             upper = table.state.upper
             if sum(1 for k in objects if (s := seq_of(k)) is not None and s >= upper) < 2:
                 return
-            original = objects[wal_key(upper)]
+            original = objects.get(wal_key(upper))
+            if original is None:  # a hole at the upper: nothing to damage
+                return
             objects[wal_key(upper)] = b"{damaged"
             env.extra.setdefault("damaged", set()).add((upper, _token_of(original)))
         env.injected["damaged objects"] += 1
         env.sched.sleep(env.rng.uniform(0.05, 0.3))
         ctx.wal.store.delete(wal_key(upper))  # moved aside by the operator
+    except (CorruptControlDataError, *WRITE_ERRORS):
+        return
+    try:
         skip_position(ctx, upper, "damaged object moved aside (model)")
     except SkipRefused:
         # "reconciled meanwhile; nothing to skip": if a committer had read the entry before the damage, its
@@ -636,6 +705,12 @@ def build_schedule(env: Env) -> None:
                     env, f"{w}.run{r}", w, q, rng.randint(1, 3), r * 5, t, k
                 ),
             )
+    if env.zombie:
+        spawn("zombie", lambda: zombie_job(env, "zombie"), crashable=False)
+        delay = feat.uniform(0.05, 0.3)
+        spawn("newer", lambda: newer_job(env, "newer", delay), crashable=False)
+        for i in range(2):
+            spawn(f"jumper{i}", lambda i=i: anon_write(env, f"jumper{i}", Target()))
     if rng.random() < 0.4:
         spawn("gc", lambda: gc_process(env, rng.randint(1, 6)))
     if rng.random() < 0.3:
@@ -694,7 +769,9 @@ def _finish_tables(env: Env, backend: Backend | None) -> list[Final]:
             port = MemoryTablePort(env.catalog, name=name)
         raw = port.load()
         root = raw.state.root if not raw.fresh and raw.state.root else control_root(raw.location or "", table.uuid)
-        ctx = CommitContext(port=port, wal=Wal(env.store_for(root), label="model"), max_group=1000)
+        ctx = CommitContext(
+            port=port, wal=Wal(env.store_for(root), label="model", parallel_reads=False), max_group=1000
+        )
         try:
             ctx.check(raw)
         except TableStateError:  # lost or edited by the tool and not repaired before the schedule ended
@@ -721,7 +798,10 @@ def run_schedule(
     env = Env(Scheduler(rng), rng, faults, rebase_on_conflict=rebase_on_conflict)
     env.feat = random.Random(seed * 1_000_003 + 7)
     env.features = env.feat.random() < 0.6
-    env.upsert_draw = random.Random(seed * 1_000_033 + 11)
+    spread = random.Random(seed * 1_000_033 + 11)  # its own stream: schedules without a pace stay as they were
+    env.pace = spread.choice([None, None, 20.0, 60.0, 150.0])
+    env.zombie = env.pace is not None and spread.random() < 0.3
+    env.upsert_draw = random.Random(seed * 1_000_037 + 13)  # its own stream too (``upserts.spawn``)
     if backend is not None:
         backend.install(env, seed)
     build_schedule(env)
@@ -734,11 +814,16 @@ def run_schedule(
 
 
 def _entries(store: MemoryStore) -> dict[int, WalEntry]:
+    """The decodable WAL entries. A malformed object left behind is one a commit voided (inert, never read);
+    one still pending is caught by the "pending after recover" check, one reconciled by its token."""
     out = {}
     for key, data in store.objects.items():
         seq = seq_of(key)
         if seq is not None:
-            out[seq] = decode_entry(data, key)
+            try:
+                out[seq] = decode_entry(data, key)
+            except CorruptControlDataError:
+                continue
     return out
 
 
@@ -748,9 +833,13 @@ def coverage(env: Env, finals: list[Final]) -> Counter[str]:
     c["schedules"] += 1
     for final in finals:
         t = final.table
+        voided: set[int] = set()
         for _, r in t.records:
-            for _, code in r.outcomes:
+            for i, (_, code) in enumerate(r.outcomes):
                 c[f"outcome:{Outcome(code).name}"] += 1
+                if code == Outcome.VOID.value:
+                    voided.add(r.first + i)
+        c["puts landed in a voided hole"] += len(voided & set(final.ctx.wal.scan(0)))
         c["multi-entry commits"] += sum(1 for _, r in t.records if len(r.outcomes) > 1)
         c["stale commit conflicts"] += sum(int(r.metrics.get("conf", 0)) for _, r in t.records)
     c["tables"] += len(finals)
@@ -807,7 +896,7 @@ def check(env: Env, finals: list[Final]) -> list[str]:
         proc = next(p for p in env.sched.procs if p.name == w.proc)
         if isinstance(w.error, CommitOutcomeUnknownError) and not proc.crashed and not _identity_event(env):
             v.append(f"I5: {w.proc} ended with an unknown outcome without faults preventing it: {w.error}")
-    v.extend(_check_false_fences(env))
+    v.extend(_check_false_fences(env, finals))
     from . import foreign
 
     v.extend(foreign.check(env, [f.table for f in finals]))
@@ -853,20 +942,20 @@ def _check_table(env: Env, final: Final, writes: list[Write], key_table: Mapping
         v.append(f"I5: {name}: recover needed {final.commits} commits for {final.pending_before} pending")
     store = ctx.wal.store
     entries = _entries(store)  # type: ignore[arg-type]
-    outcome_at: dict[int, tuple[str, Outcome]] = {}
-    for _, r in t.records:
-        for i, (tok, code) in enumerate(r.outcomes):
-            outcome_at[r.first + i] = (tok, Outcome(code))
+    outcome_at = _outcomes(t)
     # I6 (reuse): a position that was never truncated holds exactly the entry reconciled there. (A put into
-    # a truncated position leaves an inert object there; the checks below show nobody relied on it.)
+    # a truncated position, or into a hole a commit voided, leaves an inert object there; the checks below
+    # show nobody relied on it.)
     checkpoint = ctx.wal.latest_checkpoint()
     truncated_below = checkpoint[0] - 1 if checkpoint is not None else 0
     for seq, entry in entries.items():
         found = outcome_at.get(seq)
         inert_skip = entry.kind is EntryKind.SKIP  # lost a race with a committer that read the object before
         # A damaged object the operator moved aside, reconciled from a copy a committer had read before the
-        # damage; a writer's put took the freed position meanwhile (its writer finds the record and re-appends).
+        # damage; a writer's put took the freed position meanwhile (its writer finds the record and re-appends);
+        # or a put that landed in a hole a commit had voided.
         inert = inert_skip or (found is not None and (seq, found[0]) in env.extra.get("damaged", ()))
+        inert = inert or (found is not None and found[1] is Outcome.VOID)  # a put into a voided hole
         if found is not None and found[0] != entry.token[:TOKEN_CHARS] and seq >= truncated_below and not inert:
             v.append(f"I6: {name}: WAL position {seq} below the upper holds another entry than the one reconciled")
     # I4: an epoch a writer used is a barrier of its own that was reconciled (never a reused position).
@@ -921,17 +1010,56 @@ def _check_table(env: Env, final: Final, writes: list[Write], key_table: Mapping
         if isinstance(w.error, (FencedWriterError, WriteRejectedError)) and paths & t.ever_referenced:
             v.append(f"I1/I4/I9: {w.proc} got {type(w.error).__name__} but its files were applied")
     v.extend(_check_fencing(outcome_at, by_token))
+    v.extend(_check_fencing_in_time(env, final, outcome_at, by_token))
     if {str(f["p"]) for f in t.all_live()} - t.ever_referenced:
         v.append("model bug: live files not recorded as referenced")
     return v
 
 
-def _check_false_fences(env: Env) -> list[str]:
-    """I4, the other way round: a run is fenced only by a run that first registered after it did."""
+def _check_fencing_in_time(
+    env: Env, final: Final, outcome_at: Mapping[int, tuple[str, Outcome]], by_token: Mapping[str, WalEntry]
+) -> list[str]:
+    """I4 in real time: no entry of an older epoch put after a newer incarnation opened is applied.
+
+    (The position-based check cannot see an entry put into a hole *below* the newer barrier after it
+    opened: barriers seal the holes below them so that no such put can succeed.)
+    """
+    root = _root_of(env, final)
+    opened: dict[str, list[tuple[int, float]]] = {}
+    for writer, epoch, token, at in env.opens:
+        found = outcome_at.get(epoch)
+        if found is not None and found[1] is Outcome.BARRIER and (not token or found[0] == token):
+            opened.setdefault(writer, []).append((epoch, at))
+    v = []
+    for seq, (tok, outcome) in outcome_at.items():
+        entry = by_token.get(tok)
+        put = env.created_at.get((root, seq))
+        if outcome is not Outcome.APPLIED or entry is None or entry.epoch is None or put is None or put[1] != tok:
+            continue
+        for epoch, at in opened.get(entry.writer, []):
+            if epoch > entry.epoch and at < put[0]:
+                v.append(
+                    f"I4: {entry.writer} epoch {entry.epoch}'s entry put at t={put[0]:.3f} (seq {seq}) was applied "
+                    f"although epoch {epoch} had opened at t={at:.3f}"
+                )
+    return v
+
+
+def _check_false_fences(env: Env, finals: list[Final]) -> list[str]:
+    """I4, the other way round: a run is fenced only by a run that first registered after it did.
+
+    A registration is a barrier reconciled where it lies (an object left by a put into a truncated
+    position or a voided hole, whose writer put its barrier again higher, never registered anything).
+    """
     v = []
     first: dict[tuple[str, str], int] = {}
+    recorded = {id(f.ctx.wal.store): _outcomes(f.table) for f in finals}
     for store in env.stores.values():
+        outcome_at = recorded.get(id(store), {})
         for seq, entry in sorted(_entries(store).items()):
+            found = outcome_at.get(seq)
+            if found is not None and found[0] != entry.token[:TOKEN_CHARS]:
+                continue
             if entry.kind is EntryKind.FENCE and entry.strict and entry.run is not None:
                 first.setdefault((entry.writer, entry.run), seq)
     for proc, writer, run, fencer in env.fences:
@@ -939,6 +1067,16 @@ def _check_false_fences(env: Env) -> list[str]:
         if own is not None and other is not None and other < own:
             v.append(f"I4: {proc} (registered at seq {own}) was fenced by run {fencer} registered earlier ({other})")
     return v
+
+
+def _root_of(env: Env, final: Final) -> str:
+    """The control root of a final table's WAL store."""
+    return next((root for root, store in env.stores.items() if store is final.ctx.wal.store), "")
+
+
+def _outcomes(t: MemoryTable) -> dict[int, tuple[str, Outcome]]:
+    """Position -> (token prefix, outcome) of every commit record of ``t``."""
+    return {r.first + i: (tok, Outcome(code)) for _, r in t.records for i, (tok, code) in enumerate(r.outcomes)}
 
 
 def _check_duplicate(

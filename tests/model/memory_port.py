@@ -316,12 +316,14 @@ class MemoryTablePort:
         checkpoint: Callable[[], None] = lambda: None,
         fault: Callable[[], str | None] = lambda: None,
         rebase_on_conflict: bool = False,
+        pace: float | None = None,
     ) -> None:
         self.catalog = table if isinstance(table, MemoryCatalog) else MemoryCatalog({name: table}, [table])
         self.name = name
         self.checkpoint = checkpoint
         self.fault = fault
         self.rebase_on_conflict = rebase_on_conflict
+        self.pace = pace  # the view's claim/wait hint (TableView.pace): None, or a schedule's fixed value
 
     @property
     def table(self) -> MemoryTable:
@@ -342,6 +344,7 @@ class MemoryTablePort:
                 table_uuid=t.uuid,
                 location=t.location,
                 fresh=not t.has_state,
+                pace=self.pace,
                 recorded_upper=t.records[-1][1].last + 1 if t.records else None,
             )
 

@@ -273,6 +273,20 @@ def _never_rejoin(start, position, complete, head, parents, delivered_files):  #
     raise lineage_module.LineageLost(start, "not an ancestor of main's head")
 
 
+def _seal_nothing(self, upper, claimed):  # type: ignore[no-untyped-def]
+    """A barrier that leaves the holes below it open (an older incarnation's late put can land below it)."""
+    return [p for p in self.scan(upper) if p > claimed.seq]
+
+
+_ORIGINAL_SEAL = wal_module.Wal.seal
+
+
+def _seal_without_looking_up(self, upper, claimed):  # type: ignore[no-untyped-def]
+    """A barrier used at once although an in-flight commit may void its position as a hole."""
+    _ORIGINAL_SEAL(self, upper, claimed)
+    return []
+
+
 @contextlib.contextmanager
 def _both(*patches: contextlib.AbstractContextManager[None]) -> Iterator[None]:
     with contextlib.ExitStack() as stack:
@@ -351,6 +365,11 @@ MUTANTS = {
     ),
     "the decoder checks types but not what each kind needs": (
         _patched(entry_module, "_check_kind", lambda entry: None),
+        {},
+    ),
+    "a barrier leaves the holes below it open": (_patched(wal_module.Wal, "seal", _seal_nothing), {}),
+    "a barrier is used although a commit may void its position": (
+        _patched(wal_module.Wal, "seal", _seal_without_looking_up),
         {},
     ),
 }

@@ -107,7 +107,7 @@ def test_an_outage_past_the_deadline_is_outcome_unknown_and_the_next_writer_appl
 
 def test_a_commit_that_waits_logs_a_progress_line_every_few_seconds(caplog: pytest.LogCaptureFixture) -> None:
     """Riding out an outage, the writer says so at INFO -- at most once per PROGRESS_EVERY_S, not per retry."""
-    from pyspark_fenced_sink.protocol.commit import PROGRESS_EVERY_S
+    from pyspark_fenced_sink.protocol.progress import PROGRESS_EVERY_S
 
     table, store, clock = MemoryTable(), MemoryStore(), Clock()
     port = FlakyPort(table, outage=60)

@@ -19,6 +19,7 @@ from pyspark_fenced_sink.protocol.reconcile import (
     transition,
 )
 from pyspark_fenced_sink.protocol.state import CommittedState, WriterState
+from pyspark_fenced_sink.protocol.wal import holes
 
 A, D, F, G, Q, X, S, B, M, K, L, STALE = (
     Outcome.APPLIED,
@@ -130,6 +131,7 @@ def test_outcome_codes_and_success() -> None:
         "BARRIER": "B",
         "MARK": "M",
         "SKIPPED": "K",
+        "VOID": "V",
     }
     assert {o for o in Outcome if o.succeeded} == {A, D, B, M, K}
     assert {o for o in Outcome if o.external} == {S, L, Outcome.REFUSED}
@@ -561,14 +563,16 @@ def test_one_plan_with_every_outcome() -> None:
     state = CommittedState(writers={"t": W(99, batches=ids((50, 60), floor=50))})
     entries[16] = data("t-stale", "t", epoch=99, batch=7)
     entries[17] = replace(data("w-b9-straddles", epoch=2, batch=9), mode=WriteMode.REPLACE_WHERE, row_filter="x > 1")
-    plan = reconcile(state, entries, spec_id=2, missing={13}, refused={17: "a live file straddles x > 1"})
+    entries[19] = replace(anon("after-a-hole", opened=3), floor=18)  # its writer claimed past 18
+    refused = {17: "a live file straddles x > 1"}
+    plan = reconcile(state, entries, spec_id=2, missing={13}, refused=refused, voids=holes(entries, 0))
     codes = "".join(d.outcome.value for d in plan.decisions)
-    assert codes == "BABFDMXABAGQSLKAOR"
+    assert codes == "BABFDMXABAGQSLKAORVA"
     assert {d.outcome for d in plan.decisions} == set(Outcome)
-    assert plan.apply == (1, 7, 9, 15)
+    assert plan.apply == (1, 7, 9, 15, 19)
     assert (plan.overwrite, plan.stop) == (False, "tail")
     assert plan.state == CommittedState(
-        upper=18,
+        upper=20,
         writers={
             "w": W(2, "rB", None, ids((1, 1))),
             "s": W(8, "r1", "q1", ids((0, 1))),
@@ -576,8 +580,32 @@ def test_one_plan_with_every_outcome() -> None:
         },
         expired_before=3,
     )
-    assert [d.token for d in plan.decisions] == [entries[s].token for s in range(18)]
+    assert [d.token for d in plan.decisions] == [*(entries[s].token for s in range(18)), "", "after-a-hole"]
     assert [d.writer for d in plan.decisions][:3] == ["w", "w", "w"]
+
+
+def test_declared_hole_is_voided_and_a_lost_position_waits() -> None:
+    """A missing position an entry above declares jumped over is VOID; one nobody declares stops the plan."""
+    entries = {0: anon("a"), 2: replace(anon("c"), floor=1), 5: anon("f")}
+    assert holes(entries, 0) == frozenset({1})
+    plan = reconcile(CommittedState(), entries, voids=holes(entries, 0))
+    assert shape(plan) == ([(0, "A"), (1, "V"), (2, "A")], (0, 2), False, "gap", 3)
+    assert plan.decisions[1].token == "" and plan.state.writers == {}
+    assert shape(reconcile(CommittedState(), entries)) == ([(0, "A")], (0,), False, "gap", 1)
+
+
+def test_hole_declarations_count_only_missing_positions_at_or_above_the_upper() -> None:
+    """A floor reaching below the upper or over present entries declares only what is missing above the upper."""
+    entries = {4: anon("e"), 7: replace(anon("h"), floor=2), 9: replace(anon("j"), floor=9)}
+    assert holes(entries, 3) == frozenset({3, 5, 6})
+    assert holes(entries, 6) == frozenset({6})
+    assert holes({8: replace(anon("i"), floor=None)}, 0) == frozenset()
+
+
+def test_a_hole_at_the_tail_is_never_voided() -> None:
+    """Voids apply only below an entry: a declared position with nothing after it ends the plan (tail)."""
+    plan = reconcile(CommittedState(), {0: anon("a")}, voids={1, 2})
+    assert shape(plan) == ([(0, "A")], (0,), False, "tail", 1)
 
 
 def test_reconcile_does_not_mutate_its_input_state() -> None:

@@ -20,7 +20,7 @@ from pyspark_fenced_sink.protocol.entry import (
     encode_entry,
 )
 from pyspark_fenced_sink.protocol.layout import seq_of, wal_key
-from pyspark_fenced_sink.protocol.wal import Wal
+from pyspark_fenced_sink.protocol.wal import Wal, holes
 from pyspark_fenced_sink.store.base import CountingStore
 from pyspark_fenced_sink.store.local import LocalStore
 from pyspark_fenced_sink.store.memory import MemoryStore
@@ -281,10 +281,13 @@ def test_append_goes_after_the_tail_it_sees() -> None:
     assert [decode_entry(store.objects[wal_key(s)]).token for s in range(6)] == ["t0", "t1", "t2", "t3", "t4", "t5"]
 
 
-def test_append_that_loses_its_position_moves_to_the_new_tail() -> None:
-    """A peer takes the position between our LIST and our PUT: we read its token, re-list and take the next."""
-    store = MemoryStore()
-    peer = Wal(store, sleep=_no_sleep)
+@pytest.mark.parametrize("seed", range(6))
+def test_append_that_loses_its_position_jumps_on_without_listing_again(seed: int) -> None:
+    """A peer takes the position between our LIST and our PUT: we read its token and try one of the next
+    positions without a second LIST; a position we jump over is declared a hole by our entry's floor."""
+    inner = MemoryStore()
+    store = CountingStore(inner)
+    peer = Wal(inner, sleep=_no_sleep)
     raced: list[str] = []
 
     def before_put(key: str) -> None:
@@ -293,16 +296,21 @@ def test_append_that_loses_its_position_moves_to_the_new_tail() -> None:
             peer.append(_entry("peer"), start=0)  # lands at 0 while we are about to put 0
         return None
 
-    store.before_put = before_put
-    seq = Wal(store, sleep=_no_sleep).append(_entry("mine"), start=0)
+    inner.before_put = before_put
+    claimed = Wal(store, sleep=_no_sleep, rng=random.Random(seed)).claim(_entry("mine"), start=0)
     assert raced == [wal_key(0)]
-    assert seq == 1
-    assert {k: decode_entry(v).token for k, v in store.objects.items()} == {wal_key(0): "peer", wal_key(1): "mine"}
+    assert claimed.seq in (1, 2) and claimed.ahead == (0,)
+    assert (store.counts["LIST"], store.counts["PUT_IF_ABSENT"], store.counts["GET"]) == (1, 2, 1)
+    on_store = {seq_of(k): decode_entry(v) for k, v in inner.objects.items()}
+    assert {s: e.token for s, e in on_store.items()} == {0: "peer", claimed.seq: "mine"}
+    assert claimed.entry.floor == 0 == on_store[claimed.seq].floor  # the first position it could have taken
+    assert holes(on_store, 0) == frozenset(range(1, claimed.seq))
 
 
 @pytest.mark.parametrize("backend", ["memory", "local"])
-def test_racing_appenders_fill_contiguous_positions_each_entry_once(backend: str, tmp_path: object) -> None:
-    """Four threads append 25 entries each at once: positions 0..99, no gap, every entry exactly once."""
+def test_racing_appenders_take_distinct_positions_and_declare_every_hole(backend: str, tmp_path: object) -> None:
+    """Four threads append 25 entries each at once: every entry once, and every empty position below the
+    tail is a hole an entry above declares (none is a gap, which would wait for an operator)."""
     inner = MemoryStore() if backend == "memory" else LocalStore(str(tmp_path))
     if isinstance(inner, MemoryStore):
         inner.before_op = lambda kind, key: time.sleep(0)  # yield the GIL between requests: more interleavings
@@ -329,9 +337,11 @@ def test_racing_appenders_fill_contiguous_positions_each_entry_once(backend: str
     assert errors == []
     assert store.counts["GET"] > 0, "no append ever lost a position: the race was not exercised"
     wal = Wal(store)
-    assert wal.scan(0) == list(range(100))
-    on_disk = {wal.read(s).token: s for s in range(100)}  # type: ignore[union-attr]
-    assert on_disk == positions
+    present = wal.scan(0)
+    assert len(present) == 100
+    entries = {s: e for s, e in zip(present, wal.read_many(present), strict=True) if e is not None}
+    assert {e.token: s for s, e in entries.items()} == positions
+    assert holes(entries, 0) == frozenset(range(present[-1] + 1)) - set(present)
     for name in ("w0", "w1", "w2", "w3"):
         own = [positions[f"{name}-{i:02d}"] for i in range(25)]
         assert own == sorted(own), f"{name}'s appends are not in its own order: {own}"

@@ -39,7 +39,7 @@ from pyspark_fenced_sink.iceberg.commit.entry_files import INAPPLICABLE, decoded
 from pyspark_fenced_sink.iceberg.commit.producers import PRODUCERS
 from pyspark_fenced_sink.protocol.context import CommitConflict, CommitUnknown
 from pyspark_fenced_sink.protocol.entry import WalEntry
-from pyspark_fenced_sink.protocol.reconcile import ReconcilePlan
+from pyspark_fenced_sink.protocol.reconcile import Outcome, ReconcilePlan
 from pyspark_fenced_sink.protocol.replace import EntryRefused
 from pyspark_fenced_sink.protocol.state import (
     STATE_PROPERTY,
@@ -104,6 +104,7 @@ def view_of(table: Table) -> TableView:
     except CorruptControlDataError as e:
         error = str(e)
     newest = _newest_record(metadata)
+    pace, cadence = _pace(metadata)
     return TableView(
         state=state,
         version=str(table.metadata_location),
@@ -114,7 +115,39 @@ def view_of(table: Table) -> TableView:
         fresh=text is None,
         recorded_upper=None if newest is None else newest.last + 1,
         state_error=error,
+        pace=pace,
+        cadence=cadence,
     )
+
+
+#: The pace of a table is measured over its newest fencedlake commits (at most this many), found among its
+#: newest snapshots (at most ``4 *`` this many looked at).
+PACE_COMMITS = 8
+
+
+def _pace(metadata: TableMetadata) -> tuple[float | None, float | None]:
+    """(WAL entries reconciled per second, seconds between commits) over the newest fencedlake commits.
+
+    Entries, not positions: voided holes are not counted (counting them would widen claims, make
+    more holes and widen claims further). From the snapshots' timestamps (the committers' clocks):
+    only a hint for how writers claim positions and how often waiters look (``protocol.waiting``),
+    never used for a decision.
+    """
+    recent: list[tuple[float, int]] = []
+    for snapshot in metadata.snapshots[::-1][: 4 * PACE_COMMITS]:
+        try:
+            record = decode_record(snapshot.summary.additional_properties if snapshot.summary else {})
+        except CorruptControlDataError:
+            continue
+        if record is not None:
+            entries = sum(1 for _, code in record.outcomes if code != Outcome.VOID.value)
+            recent.append((snapshot.timestamp_ms / 1000.0, entries))
+            if len(recent) >= PACE_COMMITS:
+                break
+    if len(recent) < 2 or recent[0][0] <= recent[-1][0]:
+        return None, None
+    span = recent[0][0] - recent[-1][0]
+    return sum(n for _, n in recent[:-1]) / span, span / (len(recent) - 1)
 
 
 def _records(metadata: TableMetadata) -> Iterator[CommitRecord]:
