@@ -20,7 +20,10 @@ Suites (docs/benchmarks.md says what each measures and shows a run's numbers):
 * ``read``          Spark reads: full scan and a selective filter, spark.read.format("fencedlake") vs
                     native Parquet on the same files vs pyiceberg to_arrow + createDataFrame;
 * ``compaction``    a table of many small files from streaming-like appends: planning and full-scan
-                    time (fencedlake reader, DuckDB) before and after ``compact``, and its time.
+                    time (fencedlake reader, DuckDB) before and after ``compact``, and its time;
+* ``upsert``        upserts by key into 1M/10M-row tables vs appending the same rows vs pyiceberg
+                    ``Table.upsert``; files read per commit; executor and committer peak memory; read
+                    cost with delete files before and after compaction; N concurrent upserters.
 
 ``--quick`` is CI's smoke run (small sizes, one repetition, a few minutes at
 most); ``--full`` is the real measurement. Results go to
@@ -59,6 +62,7 @@ SUITES = (
     "overwrite",
     "read",
     "compaction",
+    "upsert",
 )
 SPARK_SUITES = ("throughput", "streaming", "overwrite", "read", "compaction")
 
@@ -95,6 +99,14 @@ PROFILES: dict[str, dict[str, Any]] = {
         "compaction_files_per_commit": 5,
         "compaction_rows_per_file": 200,
         "compaction_reps": 1,
+        "upsert_sizes": [100_000, 300_000],
+        "upsert_changes": 10_000,
+        "upsert_reps": 1,
+        "upsert_pyiceberg_max_rows": 300_000,
+        "upsert_read_upserts": 3,
+        "upsert_writers": [4],
+        "upsert_contention_writes": 3,
+        "upsert_contention_rows": 100,
     },
     "full": {
         "throughput_rows": [1_000_000, 10_000_000],
@@ -128,6 +140,14 @@ PROFILES: dict[str, dict[str, Any]] = {
         "compaction_files_per_commit": 5,
         "compaction_rows_per_file": 500,
         "compaction_reps": 3,
+        "upsert_sizes": [1_000_000, 10_000_000],
+        "upsert_changes": 100_000,
+        "upsert_reps": 3,
+        "upsert_pyiceberg_max_rows": 1_000_000,
+        "upsert_read_upserts": 5,
+        "upsert_writers": [8, 32],
+        "upsert_contention_writes": 5,
+        "upsert_contention_rows": 100,
     },
 }
 
@@ -210,6 +230,7 @@ def main(argv: list[str] | None = None) -> int:
             overwrite_reps=args.reps,
             read_reps=args.reps,
             compaction_reps=args.reps,
+            upsert_reps=args.reps,
         )
     if args.read_rows:
         prof["read_rows"] = args.read_rows
@@ -311,6 +332,18 @@ def main(argv: list[str] | None = None) -> int:
             files_per_commit=prof["compaction_files_per_commit"],
             rows_per_file=prof["compaction_rows_per_file"],
             reps=prof["compaction_reps"],
+            workdir=args.workdir,
+            log=log,
+        ),
+        "upsert": lambda: _import("upsert").run(
+            sizes=prof["upsert_sizes"],
+            changes_count=prof["upsert_changes"],
+            reps=prof["upsert_reps"],
+            pyiceberg_max_rows=prof["upsert_pyiceberg_max_rows"],
+            read_upserts=prof["upsert_read_upserts"],
+            writers=prof["upsert_writers"],
+            contention_writes=prof["upsert_contention_writes"],
+            contention_rows=prof["upsert_contention_rows"],
             workdir=args.workdir,
             log=log,
         ),

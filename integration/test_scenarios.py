@@ -208,11 +208,13 @@ def test_kill_matrix_covers_every_named_fail_point() -> None:
     ``stream.after-register`` is passed only by streaming runs: tests/spark/test_streaming.py's kill matrix kills
     a whole Spark application there. ``read.before-file`` is on the read path, which writes nothing:
     tests/spark/test_stream_read.py kills a fencedlake -> fencedlake pipeline there. The ``compact.*`` points are
-    compaction's own steps: tests/ops/test_compaction_crash.py kills a compaction at each.
+    compaction's own steps: tests/ops/test_compaction_crash.py kills a compaction at each; the ``upsert.*`` points
+    are an upsert's: tests/test_upsert_crash.py kills an upsert at each.
     """
     from pyspark_fenced_sink.failpoints import POINTS
 
     elsewhere = {"stream.after-register", "read.before-file", "compact.after-plan", "compact.after-rewrite"}
+    elsewhere |= {"upsert.after-key-file-written", "upsert.after-deletes-written", "upsert.after-tombstones-merged"}
     assert set(WRITE_POINTS) | set(GC_POINTS) | elsewhere == POINTS
 
 

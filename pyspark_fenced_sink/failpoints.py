@@ -36,6 +36,9 @@ POINTS = frozenset(
         "read.before-file",
         "compact.after-plan",
         "compact.after-rewrite",
+        "upsert.after-key-file-written",
+        "upsert.after-deletes-written",
+        "upsert.after-tombstones-merged",
     }
 )
 

@@ -64,6 +64,9 @@ def test_the_protocol_steps_are_the_named_points() -> None:
         "gc.before-delete",
         "read.before-file",
         "stream.after-register",
+        "upsert.after-deletes-written",
+        "upsert.after-key-file-written",
+        "upsert.after-tombstones-merged",
     ]
 
 

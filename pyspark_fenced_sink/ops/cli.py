@@ -110,6 +110,8 @@ def _cmd_status(args: argparse.Namespace) -> int:
         **pending_summary(entries, now_ms),
         "since_last_commit_s": None if last is None else round((now_ms - last["timestamp_ms"]) / 1000, 1),
         "untuned_writes_in_recent_commits": sum(int(c.get("untuned") or 0) for c in commits),
+        "keys_rewritten_in_recent_commits": sum(int(c.get("keys_rewritten") or 0) for c in commits),
+        "tombstone_files": len(state.tombstones),
         "commit_stats": commit_stats(table, args.stats_commits),
         "writers": [
             {"writer": w, "epoch": s.epoch, "batches": s.batches.describe(), "run": s.run, "query": s.query}
@@ -153,6 +155,7 @@ def _cmd_status(args: argparse.Namespace) -> int:
                     "fences",
                     "untuned",
                     "added_rows",
+                    "keys_rewritten",
                 ),
             ),
         ],

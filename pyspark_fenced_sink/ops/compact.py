@@ -193,7 +193,9 @@ def compact_table(
         return _done(base, "dry-run" if dry_run else "nothing-to-do", started)
     opts = SinkOptions(table=name, catalog=opened.config, commit_max_wait_ms=round(opened.ctx.max_wait_s * 1000))
     target = {TableProperties.WRITE_TARGET_FILE_SIZE_BYTES: str(plan.target_file_size)}
-    txn = WriteTransaction.open(opened, opts, WriteMode.COMPACT, inputs=plan.inputs, properties=target)
+    txn = WriteTransaction.open(
+        opened, opts, WriteMode.COMPACT, inputs=plan.inputs, folded=plan.folded, properties=target
+    )
     metadata = table.metadata
     results = run(txn.spec, executor_metadata(metadata, metadata.schema()), plan, sort_columns(metadata))
     done = Written(files=tuple(f for r in results for f in r.files), rows=sum(r.rows for r in results))

@@ -5,12 +5,14 @@ row filter prunes by partition and statistics, as a read does) and keeps the
 *small* ones — smaller than ``MIN_SIZE_RATIO`` of the target file size
 (Iceberg's ``min-file-size-bytes`` default) — written under the table's default
 partition spec (a file of an older spec would change partition when rewritten).
-Files with delete files attached are left alone (their rewrite would have to
-apply the deletes, and a positional delete names the file); a snapshot with
-equality deletes is refused, as a read refuses it. Per partition, at least
-``min_input_files`` small files make a partition worth compacting; its files
-are packed, in path order, into groups of at most ``group_bytes`` input bytes,
-each rewritten by one Spark task into files rolled at the target size.
+A file whose delete files are all *file-scoped* position deletes (they name
+it: upserts write them, PROTOCOL.md §5.5) is an input whatever its size: its
+rewrite applies them (*folds* them) and the commit removes them; a file with any
+other delete file attached is left alone. A snapshot with equality deletes is
+refused, as a read refuses it. Per partition, at least ``min_input_files`` small
+files (or any file with deletes to fold) make a partition worth compacting; its
+files are packed, in path order, into groups of at most ``group_bytes`` input
+bytes, each rewritten by one Spark task into files rolled at the target size.
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ from pyspark_fenced_sink.errors import InvalidOptionsError
 from pyspark_fenced_sink.iceberg.codec.datafiles import encode_partition
 from pyspark_fenced_sink.iceberg.codec.row_filter import bind_row_filter, file_matcher
 from pyspark_fenced_sink.iceberg.codec.write_properties import size_property
+from pyspark_fenced_sink.iceberg.commit.key_index import Reads, delete_positions
+from pyspark_fenced_sink.iceberg.commit.row_delta import named_data_file
 from pyspark_fenced_sink.iceberg.planning.scan import ReadPoint, executor_task, plan_files
 from pyspark_fenced_sink.protocol.replace import Match
 
@@ -46,15 +50,17 @@ class CompactionGroup:
 
     Attributes:
         partition: The encoded partition values (``()`` for an unpartitioned table).
-        tasks: The input files, as executor scan tasks (no statistics, no delete files).
+        tasks: The input files, as executor scan tasks (no statistics; the delete files they fold).
         input_bytes: Their total size.
-        input_rows: Their total row count.
+        input_rows: Their live rows (rows the folded deletes delete are not counted).
+        folded: The position delete files the group's rewrite applies (each names one of its inputs).
     """
 
     partition: tuple[str | None, ...]
     tasks: tuple[FileScanTask, ...]
     input_bytes: int
     input_rows: int
+    folded: tuple[str, ...] = ()
 
     @property
     def paths(self) -> tuple[str, ...]:
@@ -104,6 +110,11 @@ class CompactionPlan:
         """Every input path, sorted (the WAL entry's ``inputs``)."""
         return tuple(sorted(p for g in self.groups for p in g.paths))
 
+    @property
+    def folded(self) -> tuple[str, ...]:
+        """Every delete file the rewrite folds, sorted (the WAL entry's ``folded``)."""
+        return tuple(sorted(p for g in self.groups for p in g.folded))
+
 
 def target_size(table: Any, requested: int | None) -> int:
     """The target output file size: ``requested``, else the table's ``write.target-file-size-bytes``."""
@@ -128,6 +139,16 @@ def _pack(tasks: Sequence[FileScanTask], limit: int) -> list[list[FileScanTask]]
         groups[-1].append(task)
         used += size
     return groups
+
+
+def _live_rows(table: Any, task: FileScanTask, reads: Reads) -> int:
+    """A file's rows minus the distinct positions its (file-scoped) delete files delete."""
+    dead: set[int] = set()
+    for delete_file in task.delete_files:
+        found = delete_positions(table.io, delete_file, reads).get(task.file.file_path)
+        if found is not None:
+            dead.update(int(p) for p in found if p < task.file.record_count)
+    return int(task.file.record_count) - len(dead)
 
 
 def plan_compaction(
@@ -166,28 +187,31 @@ def plan_compaction(
     with_deletes = other_spec = 0
     for task in planned:
         data_file = task.file
-        if data_file.file_size_in_bytes >= small:
+        foldable = bool(task.delete_files) and all(named_data_file(d) == data_file.file_path for d in task.delete_files)
+        if data_file.file_size_in_bytes >= small and not foldable:
             continue
-        if task.delete_files:
+        if task.delete_files and not foldable:
             with_deletes += 1
         elif data_file.spec_id != spec.spec_id:
             other_spec += 1
         else:
             by_partition[encode_partition(data_file.partition, partition_type)].append(task)
     groups = []
+    reads = Reads()
     for partition in sorted(by_partition, key=lambda p: tuple((v is None, v or "") for v in p)):
         tasks = by_partition[partition]
-        if len(tasks) < min_input_files:
+        if len(tasks) < min_input_files and not any(t.delete_files for t in tasks):
             continue
         for packed in _pack(tasks, target * GROUP_TARGETS):
-            if len(packed) < 2:
-                continue  # rewriting one file alone makes nothing smaller
+            if len(packed) < 2 and not packed[0].delete_files:
+                continue  # rewriting one file alone makes nothing smaller (unless it folds deletes)
             groups.append(
                 CompactionGroup(
                     partition,
                     tuple(executor_task(t) for t in packed),
                     sum(t.file.file_size_in_bytes for t in packed),
-                    sum(t.file.record_count for t in packed),
+                    sum(_live_rows(table, t, reads) for t in packed),
+                    tuple(sorted(d.file_path for t in packed for d in t.delete_files)),
                 )
             )
     below = [len(tasks) for tasks in by_partition.values() if len(tasks) < min_input_files]

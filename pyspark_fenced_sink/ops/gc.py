@@ -15,6 +15,14 @@ because every step is ordered by the protocol itself:
   batch, or an anonymous write opened before ``gc``'s committed expiry mark
   (an ``expire`` barrier — writes that reach the WAL after it are rejected).
   In-flight writes match none of these, so their files are never collected.
+* **Files of upserts** (PROTOCOL.md §5.5, §8): a position delete file a commit
+  attempt wrote (``ApplyTag`` kind ``d``) is an orphan once no retained snapshot
+  references it and the committed upper has passed the upper in its name (no
+  attempt that could still land references it); under the control root's
+  ``keys/``, a delete-key file is judged like a data file (its ``FileTag``) and
+  is kept while the committed state lists it as a tombstone or a pending entry
+  names it, and a merged tombstone file (kind ``t``) is an orphan once the state
+  no longer lists it and the upper has passed its name.
 """
 
 from __future__ import annotations
@@ -34,7 +42,8 @@ from pyspark_fenced_sink.protocol.commit import recover
 from pyspark_fenced_sink.protocol.context import CommitContext
 from pyspark_fenced_sink.protocol.entry import EntryKind, WalEntry, encoded_path
 from pyspark_fenced_sink.protocol.fencing import new_token, put_barrier
-from pyspark_fenced_sink.protocol.filetag import FileTag, table_tag
+from pyspark_fenced_sink.protocol.filetag import ApplyTag, FileTag, table_tag
+from pyspark_fenced_sink.protocol.layout import KEYS_PREFIX
 from pyspark_fenced_sink.protocol.state import CommittedState, decode_record
 from pyspark_fenced_sink.store.registry import filesystem_path, open_filesystem
 
@@ -200,23 +209,28 @@ def gc(
     if dry_run and report.expired_before is not None:
         judged = replace(judged, expired_before=report.expired_before)  # as if the barrier were committed
     own = table_tag(str(table.metadata.table_uuid))
-    for i, (path, info) in enumerate(sorted(listing.items()), 1):
-        progress("judging data files", i, len(listing))
-        tag = FileTag.parse(os.path.basename(path))
-        if tag is None or tag.table != own or path in referenced or path in pending:
-            continue  # another engine's file, another table's (a shared location), or a live one
-        if not collectable(tag, judged):
-            continue
+    keys_fs, keys_root = open_filesystem(view.state.root or "", dict(getattr(table.io, "properties", {}) or {}))
+    keys_dir = f"{keys_root.rstrip('/')}/{KEYS_PREFIX.rstrip('/')}"
+    kept = {_bare(str(t["p"])) for t in judged.tombstones}
+    keys_listing = keys_fs.find(keys_dir, detail=True) if view.state.root and keys_fs.exists(keys_dir) else {}
+    judged_files = [(path, info, fs, referenced | pending) for path, info in sorted(listing.items())]
+    judged_files += [(path, info, keys_fs, kept | pending) for path, info in sorted(keys_listing.items())]
+    doomed: list[tuple[str, Any]] = []
+    for i, (path, info, where, live) in enumerate(judged_files, 1):
+        progress("judging data files", i, len(judged_files))
+        if path in live or not _orphan(os.path.basename(path), own, judged):
+            continue  # live, another engine's or another table's file, or one a future entry may reference
         if _mtime_s(info) * 1000 >= cutoff_ms:
             report.kept_young += 1
             continue
         report.orphans.append(path)
         report.orphan_bytes += int(info.get("size", 0) or 0)
-    if not dry_run and report.orphans:
+        doomed.append((path, where))
+    if not dry_run and doomed:
         failpoints.hit("gc.before-delete")
-        for i, path in enumerate(report.orphans, 1):
-            fs.rm_file(path)
-            progress("removing orphan files", i, len(report.orphans))
+        for i, (path, where) in enumerate(doomed, 1):
+            where.rm_file(path)
+            progress("removing orphan files", i, len(doomed))
     if snapshots_older_than_s is not None:
         older_ms = int((now() - snapshots_older_than_s) * 1000)
         report.snapshots_expired = _expire_snapshots(ctx, older_ms, retain_last, dry_run)
@@ -233,6 +247,15 @@ def gc(
     return report
 
 
+def _orphan(name: str, own: str, state: CommittedState) -> bool:
+    """True if a file named ``name``, referenced by nothing read, can never be referenced again."""
+    tag = FileTag.parse(name)
+    if tag is not None:
+        return tag.table == own and collectable(tag, state)
+    applied = ApplyTag.parse(name)  # a commit attempt's delete or tombstone file
+    return applied is not None and applied.table == own and applied.upper < state.upper
+
+
 def _pending_paths(ctx: CommitContext, upper: int) -> set[str]:
     """Scheme-less paths of files named by entries at or above ``upper`` (not reconciled yet)."""
     return {_bare(encoded_path(f)) for seq in ctx.wal.scan(upper) for f in _files(ctx, seq)}
@@ -240,7 +263,7 @@ def _pending_paths(ctx: CommitContext, upper: int) -> set[str]:
 
 def _files(ctx: CommitContext, seq: int) -> Iterable[Mapping[str, Any]]:
     entry = ctx.wal.read(seq)
-    return entry.files if entry is not None else ()
+    return (*entry.files, *entry.deletes) if entry is not None else ()
 
 
 def _bare(path: str) -> str:

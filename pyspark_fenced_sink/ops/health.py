@@ -1,7 +1,8 @@
 """File and metadata health of a table for ``fencedlake status`` (PROTOCOL.md §10; read-only).
 
-Small data files per partition, the manifest count and the last compaction,
-all from metadata: the current snapshot's manifest list and manifests (the
+Small data files per partition, the manifest count, the live delete files
+(upserts write position deletes until compaction folds them, PROTOCOL.md §5.5)
+and the last compaction, all from metadata: the current snapshot's manifest list and manifests (the
 live data files with their sizes and partitions) and the snapshot log. No
 data file is opened, so the cost grows with the number of files and
 manifests, not with the bytes in the table.
@@ -97,6 +98,19 @@ def _partitions(table: Any, manifests: list[ManifestFile], threshold: int) -> li
     return rows
 
 
+def _delete_files(table: Any, manifests: list[ManifestFile]) -> dict[str, int]:
+    """Live delete files in ``manifests``: how many, their bytes, the rows (positions) they delete."""
+    files = size = rows = 0
+    for manifest in manifests:
+        if manifest.content != ManifestContent.DELETES:
+            continue
+        for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
+            files += 1
+            size += entry.data_file.file_size_in_bytes
+            rows += entry.data_file.record_count
+    return {"delete_files": files, "delete_file_bytes": size, "deleted_rows": rows}
+
+
 def _last_compaction(table: Any, now_ms: int) -> dict[str, Any] | None:
     for snapshot in _ancestry(table):
         if snapshot.summary is not None and snapshot.summary.operation == Operation.REPLACE:
@@ -128,6 +142,7 @@ def file_health(table: Any, now_ms: int, threshold: int | None = None) -> dict[s
         "small_file_threshold_bytes": threshold,
         "small_files": sum(p["small_files"] for p in partitions),
         "partitions_with_small_files": sum(1 for p in partitions if p["small_files"]),
+        **_delete_files(table, manifests),
         "last_compaction": _last_compaction(table, now_ms),
         "history_since_ms": oldest,
         "small_files_by_partition": partitions,

@@ -9,13 +9,13 @@ every fencedlake snapshot carries in its summary.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from pyspark_fenced_sink.protocol.context import CommitContext
 from pyspark_fenced_sink.protocol.entry import TOKEN_CHARS, WalEntry, encoded_path
 from pyspark_fenced_sink.protocol.reconcile import Outcome, Position, position, reconcile
-from pyspark_fenced_sink.protocol.state import decode_record
+from pyspark_fenced_sink.protocol.state import SUMMARY_UPSERT, decode_record
 from pyspark_fenced_sink.protocol.view import TableView
 from pyspark_fenced_sink.protocol.wal import holes
 
@@ -171,7 +171,27 @@ def recent_commits(table: Any, count: int) -> list[dict[str, Any]]:
                 fences=sum(1 for _, o in record.outcomes if o == Outcome.FENCED.value),
                 barriers=sum(1 for _, o in record.outcomes if o == Outcome.BARRIER.value),
             )
+        row.update(upsert_metrics(summary))
         out.append(row)
         parent = snapshot.parent_snapshot_id
         snapshot = metadata.snapshot_by_id(parent) if parent is not None else None
     return out
+
+
+def upsert_metrics(summary: Mapping[str, str]) -> dict[str, Any]:
+    """What an upsert commit did, from its ``fencedlake.upsert`` summary (PROTOCOL.md §5.5); {} for others.
+
+    ``keys_rewritten`` counts keys whose live row an upsert replaced or deleted; ``files_read`` the data and
+    delete files the commit had to read (the rest came from the committer's cache).
+    """
+    text = summary.get(SUMMARY_UPSERT)
+    if not text:
+        return {}
+    m = {k: _number(v) for k, _, v in (p.partition("=") for p in text.split(","))}
+    return {
+        "keys_inserted": m.get("ins", 0),
+        "keys_rewritten": (m.get("upd") or 0) + (m.get("del") or 0),
+        "keys_unchanged": m.get("same", 0),
+        "files_read": m.get("read", 0),
+        "delete_files_added": m.get("deletes", 0),
+    }

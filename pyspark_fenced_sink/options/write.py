@@ -50,6 +50,9 @@ OVERWRITE_MODE = "overwrite-mode"
 OVERWRITE_MODE_DEFAULT = "static"
 OVERWRITE_MODES = ("static", "dynamic")
 REPLACE_WHERE = "replace-where"
+UPSERT_KEYS = "upsert-keys"
+UPSERT_ORDER = "upsert-order"
+UPSERT_DELETE_WHERE = "upsert-delete-where"
 SNAPSHOT_PROPERTY_PREFIX = "snapshot-property."
 #: Iceberg's table write properties a write may also take as options (for that write only; the table's otherwise).
 WRITE_TARGET_FILE_SIZE = "write.target-file-size-bytes"
@@ -88,6 +91,9 @@ WRITE_KEYS = frozenset(
         TEST_FAILPOINTS,
         OVERWRITE_MODE,
         REPLACE_WHERE,
+        UPSERT_KEYS,
+        UPSERT_ORDER,
+        UPSERT_DELETE_WHERE,
         BRANCH,
     }
 )
@@ -116,6 +122,9 @@ class SinkOptions:
         branch: The branch to write (None: main).
         snapshot_properties: ``snapshot-property.<key>`` options: summary properties of the commit
             that applies the write.
+        upsert_keys: ``upsert-keys``: the key columns as given (None: the table's identifier fields).
+        upsert_order: ``upsert-order``: the column whose greatest value wins per key, if any.
+        upsert_delete_where: ``upsert-delete-where``: the filter of rows that delete their key, if any.
         write_properties: Iceberg write properties given as options (``write.target-file-size-bytes``,
             ``write.parquet.*``, or Iceberg's Spark option names for them): this write's files only.
     """
@@ -135,7 +144,15 @@ class SinkOptions:
     replace_where: str | None = None
     branch: str | None = None
     snapshot_properties: Mapping[str, str] = field(default_factory=dict)
+    upsert_keys: tuple[str, ...] | None = None
+    upsert_order: str | None = None
+    upsert_delete_where: str | None = None
     write_properties: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def upsert(self) -> bool:
+        """True if the write upserts by key (any ``upsert-*`` option given; PROTOCOL.md §5.5)."""
+        return bool(self.upsert_keys or self.upsert_order or self.upsert_delete_where)
 
     def __repr__(self) -> str:
         return (
@@ -155,8 +172,17 @@ class SinkOptions:
         ``INSERT OVERWRITE``; ``replace-where`` also constrains the rows written and is refused there.
 
         Raises:
-            InvalidOptionsError: ``replace-where`` on a write that appends.
+            InvalidOptionsError: ``replace-where`` on a write that appends; an ``upsert-*`` option on a
+                write that overwrites.
         """
+        if self.upsert:
+            if overwrite:
+                raise InvalidOptionsError(
+                    f"options {UPSERT_KEYS}/{UPSERT_ORDER}/{UPSERT_DELETE_WHERE} upsert by key and apply to writes "
+                    'that append (batch .mode("append"), streaming .outputMode("append")), but this write '
+                    "overwrites: drop the upsert options or append"
+                )
+            return WriteMode.UPSERT
         if not overwrite:
             if self.replace_where:
                 raise InvalidOptionsError(
@@ -187,6 +213,11 @@ def _overwrite_options(opts: Mapping[str, str]) -> tuple[str | None, str | None]
             f"options {REPLACE_WHERE} and {OVERWRITE_MODE}=dynamic conflict: replace-where replaces the rows its "
             "filter matches, dynamic overwrite the partitions the write touches; give one"
         )
+    return mode, _filter_syntax(REPLACE_WHERE, where)
+
+
+def _filter_syntax(key: str, where: str) -> str:
+    """``where`` if it parses as an Iceberg filter (its columns are bound at planning)."""
     from pyiceberg.expressions.parser import parse
 
     try:
@@ -195,10 +226,37 @@ def _overwrite_options(opts: Mapping[str, str]) -> tuple[str | None, str | None]
         column = getattr(e, "col", None)
         near = f"a syntax error at column {column} ({where[column - 1 :][:20]!r})" if column else type(e).__name__
         raise InvalidOptionsError(
-            f"option {REPLACE_WHERE}={where!r} is not a valid filter: {near}; expected Iceberg's filter syntax, "
+            f"option {key}={where!r} is not a valid filter: {near}; expected Iceberg's filter syntax, "
             "e.g. \"ts >= '2026-01-01' AND region = 'eu'\", \"id BETWEEN 1 AND 9\", \"code IN ('a', 'b')\""
         ) from None
-    return mode, where
+    return where
+
+
+def _upsert_options(opts: Mapping[str, str]) -> tuple[tuple[str, ...] | None, str | None, str | None]:
+    """``upsert-keys`` (comma-separated names), ``upsert-order`` and ``upsert-delete-where`` (syntax only here)."""
+    keys = None
+    raw = opts.get(UPSERT_KEYS)
+    if raw is not None:
+        keys = tuple(k.strip() for k in raw.split(","))
+        if not all(keys) or len({k.lower() for k in keys}) != len(keys):
+            raise InvalidOptionsError(
+                f"option {UPSERT_KEYS}={raw!r} is invalid: expected distinct column names separated by commas, "
+                'e.g. "id" or "tenant, id"'
+            )
+    order = opts.get(UPSERT_ORDER)
+    if order is not None and not order.strip():
+        raise InvalidOptionsError(f"option {UPSERT_ORDER} is empty: expected a column name such as updated_at")
+    where = opts.get(UPSERT_DELETE_WHERE)
+    if where is not None and not where.strip():
+        raise InvalidOptionsError(f"option {UPSERT_DELETE_WHERE} is empty: expected a filter such as \"op = 'D'\"")
+    given = [k for k in (REPLACE_WHERE, OVERWRITE_MODE) if opts.get(k) is not None]
+    if given and (raw is not None or order is not None or where is not None):
+        raise InvalidOptionsError(
+            f"options {given[0]} and upsert-* conflict: a write either overwrites or upserts by key; give one"
+        )
+    if where is not None:
+        where = _filter_syntax(UPSERT_DELETE_WHERE, where)
+    return keys, None if order is None else order.strip(), where
 
 
 def _branch(opts: Mapping[str, str]) -> str | None:
@@ -307,6 +365,7 @@ def parse_write_options(options: Mapping[str, str], *, streaming: bool = False) 
     if streaming and batch_id is not None:
         raise InvalidOptionsError("option writer.batch-id is for batch writes; streaming uses Spark's batch ids")
     overwrite_mode, replace_where = _overwrite_options(opts)
+    upsert_keys, upsert_order, upsert_delete_where = _upsert_options(opts)
     return SinkOptions(
         table=table_name(opts),
         catalog=catalog,
@@ -325,5 +384,8 @@ def parse_write_options(options: Mapping[str, str], *, streaming: bool = False) 
         replace_where=replace_where,
         branch=_branch(opts),
         snapshot_properties=_snapshot_properties(opts),
+        upsert_keys=upsert_keys,
+        upsert_order=upsert_order,
+        upsert_delete_where=upsert_delete_where,
         write_properties=_write_properties(opts),
     )

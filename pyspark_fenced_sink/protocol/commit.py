@@ -176,6 +176,18 @@ def _drive(ctx: CommitContext, claimed: Claimed, view: TableView, progress: Prog
             continue
         listed = known if known is not None else ctx.wal.scan(view.state.upper)
         known = None
+        if claimed.vanished and seq not in listed:
+            # Our put was answered "exists" by an object that vanished, and the position is empty. Read after
+            # the LIST, an upper still at or below it means it was never reconciled: an operator moved the
+            # object aside (gc deletes only below the upper), so ours is not there. Put our entry again.
+            fresh = reload(ctx, progress)
+            if seq >= fresh.state.upper:
+                claimed = ctx.wal.claim(entry, fresh.state.upper, pace=fresh.pace)
+                seq, entry = claimed.seq, claimed.entry
+                cache, waiting = _own(claimed), _waiting(ctx, claimed, fresh)
+                progress.waiting = waiting
+            view = fresh  # else reconciled meanwhile: its commit record says whose it was
+            continue
         if not waiting.listed(listed):  # an entry lies before ours: its writer commits first
             continue
         pending = _read_pending(ctx, view.state.upper, cache, listed)

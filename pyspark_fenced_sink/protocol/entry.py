@@ -2,9 +2,13 @@
 
 Kinds: ``data`` (a write's files and how they change the table: :class:`WriteMode`),
 ``fence`` (a barrier: the writer's epoch), ``expire`` (gc's barrier), ``skip`` (an
-operator's no-op at a lost position) and ``publish``. Entries that use no
-version-3 field are written as version 2, so a fleet upgrading writer by writer
-keeps working; a version-2 reader refuses a version-3 entry with an upgrade hint.
+operator's no-op at a lost position) and ``publish``. An ``upsert`` data entry
+also carries its key and order columns (``protocol.upsert.UpsertSpec``) and its
+delete-key files (PROTOCOL.md §5.5). Entries that use no version-3 field are
+written as version 2, so a fleet upgrading writer by writer keeps working; a
+version-2 reader refuses a version-3 entry with an upgrade hint; upsert entries
+(and compactions that fold delete files) are version 4, refused by readers of 2
+and 3 the same way.
 Decoding validates every field of every kind (:func:`decode_entry`, §5.4, §8.1).
 """
 
@@ -35,6 +39,7 @@ from pyspark_fenced_sink.protocol.codec import (
     text_list,
 )
 from pyspark_fenced_sink.protocol.layout import seq_of
+from pyspark_fenced_sink.protocol.upsert import UpsertSpec
 
 __all__ = [
     "FILE_PARTITION_KEY",
@@ -55,9 +60,11 @@ __all__ = [
 ]
 
 
-FORMAT_VERSION = 3
+FORMAT_VERSION = 4
 #: Entries that use nothing of version 3 are written as version 2 (readable by older fencedlake).
 _BASE_VERSION = 2
+#: Entries of version 3: write modes, branches, properties, publish, compaction (not upserts).
+_MODES_VERSION = 3
 TOKEN_CHARS = 12  # the prefix of an owner token recorded in snapshot summaries
 #: The keys of an encoded data file that the protocol itself reads; the rest of the
 #: encoding belongs to the Iceberg adapter (``iceberg.datafiles``).
@@ -87,7 +94,9 @@ class WriteMode(str, Enum):
     before an applied entry that replaces rows (:attr:`replaces_rows`), and only
     appends to the same branch with the same snapshot properties join a commit
     after its first applied entry, if that entry takes them (:attr:`takes_appends`:
-    only an append does, so an entry that replaces rows always commits alone).
+    only an append does, so an entry that replaces rows always commits alone);
+    upserts are the one exception: upserts to the same branch with the same snapshot
+    properties join a commit that starts with an upsert (:attr:`takes_upserts`).
 
     * ``APPEND`` adds files;
     * ``OVERWRITE`` removes every live file of the branch (static overwrite);
@@ -96,7 +105,9 @@ class WriteMode(str, Enum):
       and is refused if a live file has rows on both sides of it;
     * ``PUBLISH`` fast-forwards main to the entry's branch (``publish`` entries);
     * ``COMPACT`` replaces the entry's input files (``WalEntry.inputs``) by its files, rows unchanged
-      (a ``replace`` snapshot), and is refused unless every input is still live; it commits alone.
+      (a ``replace`` snapshot), and is refused unless every input is still live; it commits alone;
+    * ``UPSERT`` adds its files and deletes, by position, the rows that lose per key
+      (``protocol.upsert``); only other upserts join its commit, in WAL order (PROTOCOL.md §5.5).
     """
 
     APPEND = "append"
@@ -105,6 +116,7 @@ class WriteMode(str, Enum):
     REPLACE_WHERE = "filter"
     PUBLISH = "publish"
     COMPACT = "compact"
+    UPSERT = "upsert"
 
     @property
     def replaces_rows(self) -> bool:
@@ -120,6 +132,16 @@ class WriteMode(str, Enum):
         be skipped with it (PROTOCOL.md §5.1).
         """
         return self is WriteMode.APPEND
+
+    @property
+    def takes_upserts(self) -> bool:
+        """True if upserts after an entry of this mode may join its catalog commit: only upserts do.
+
+        Appends never join an upsert's commit (nor an upsert an append's): an upsert's commit is an
+        ``overwrite`` snapshot when it deletes rows, and stream readers that skip those would skip the
+        appended rows with it (PROTOCOL.md §5.5).
+        """
+        return self is WriteMode.UPSERT
 
 
 @dataclass(frozen=True)
@@ -154,6 +176,9 @@ class WalEntry:
             None is main.
         properties: Snapshot properties for the commit that applies the entry, as sorted (key, value) pairs.
         inputs: ``COMPACT``: the paths of the data files the entry's files replace, sorted.
+        folded: ``COMPACT``: the paths of the position delete files it folds into its files, sorted.
+        upsert: ``UPSERT``: the key and order columns.
+        deletes: ``UPSERT``: its delete-key files (encoded like ``files``; ``protocol.upsert``).
         floor: The first position its writer could have claimed (one past the tail it listed) when
             that is below the entry's own: the positions in between that no object fills were
             jumped over and are *holes*, which a commit voids (PROTOCOL.md §3 step 3). None: the
@@ -184,6 +209,9 @@ class WalEntry:
     branch: str | None = None
     properties: tuple[tuple[str, str], ...] = ()
     inputs: tuple[str, ...] = ()
+    folded: tuple[str, ...] = ()
+    upsert: UpsertSpec | None = None
+    deletes: tuple[Mapping[str, Any], ...] = ()
     floor: int | None = None
 
     def __post_init__(self) -> None:
@@ -203,6 +231,11 @@ class WalEntry:
         return replace(self, token=token)
 
 
+def _uses_version_4(entry: WalEntry) -> bool:
+    """True if the entry is an upsert (or folds delete files): readers of version 3 would misapply it."""
+    return bool(entry.mode is WriteMode.UPSERT or entry.upsert is not None or entry.deletes or entry.folded)
+
+
 def _uses_version_3(entry: WalEntry) -> bool:
     """True if the entry carries anything a format-2 reader would misread or drop."""
     return bool(
@@ -217,9 +250,14 @@ def _uses_version_3(entry: WalEntry) -> bool:
     )
 
 
+def _version_of(entry: WalEntry) -> int:
+    """The lowest format version that holds ``entry``."""
+    return FORMAT_VERSION if _uses_version_4(entry) else _MODES_VERSION if _uses_version_3(entry) else _BASE_VERSION
+
+
 def encode_entry(entry: WalEntry) -> bytes:
-    """Serialize an entry (compact JSON, format-versioned: 2 unless it needs 3)."""
-    version = FORMAT_VERSION if _uses_version_3(entry) else _BASE_VERSION
+    """Serialize an entry (compact JSON, format-versioned: the lowest of 2, 3, 4 that holds it)."""
+    version = _version_of(entry)
     body: dict[str, Any] = {"v": version, "kind": entry.kind.value, "token": entry.token, "writer": entry.writer}
     optional = {
         "ephemeral": entry.ephemeral or None,
@@ -243,6 +281,9 @@ def encode_entry(entry: WalEntry) -> bytes:
         "branch": entry.branch,
         "props": dict(entry.properties) or None,
         "inputs": list(entry.inputs) or None,
+        "folded": list(entry.folded) or None,
+        "upsert": None if entry.upsert is None else entry.upsert.encode(),
+        "deletes": list(entry.deletes) or None,
         "floor": entry.floor,
     }
     body.update({k: v for k, v in optional.items() if v is not None})
@@ -257,7 +298,7 @@ def decode_entry(data: bytes, key: str = "?") -> WalEntry:
     inside some committer's commit, without naming the object to move aside. Unknown keys are ignored.
     """
     try:
-        body = loads_versioned(data, (_BASE_VERSION, FORMAT_VERSION), f"WAL object {key}")
+        body = loads_versioned(data, (_BASE_VERSION, _MODES_VERSION, FORMAT_VERSION), f"WAL object {key}")
         entry = WalEntry(
             kind=EntryKind(field(body, "kind", "an entry kind", is_text, required=True)),
             token=field(body, "token", "a non-empty owner token", is_text, required=True),
@@ -283,9 +324,16 @@ def decode_entry(data: bytes, key: str = "?") -> WalEntry:
             branch=field(body, "branch", "a branch name", is_text),
             properties=str_pairs(body, "props"),
             inputs=text_list(body, "inputs"),
+            folded=text_list(body, "folded"),
+            upsert=None if body.get("upsert") is None else UpsertSpec.decode(body["upsert"]),
+            deletes=_key_refs(body.get("deletes")),
             floor=field(body, "floor", "a WAL position", is_count),
         )
         _check_kind(entry)
+        if body["v"] < _version_of(entry):  # no fencedlake writes it: a reader of that version would misapply it
+            raise ValueError(
+                f"field 'v': a version-{body['v']} entry cannot carry what version {_version_of(entry)} adds"
+            )
         return entry
     except MALFORMED as e:
         seq = seq_of(key)
@@ -313,6 +361,9 @@ _ONLY_ON: tuple[tuple[str, str, frozenset[EntryKind | WriteMode]], ...] = (
     ("filter", "row_filter", frozenset({WriteMode.REPLACE_WHERE})),
     ("fids", "filter_ids", frozenset({WriteMode.REPLACE_WHERE})),
     ("inputs", "inputs", frozenset({WriteMode.COMPACT})),
+    ("folded", "folded", frozenset({WriteMode.COMPACT})),
+    ("upsert", "upsert", frozenset({WriteMode.UPSERT})),
+    ("deletes", "deletes", frozenset({WriteMode.UPSERT})),
 )
 
 
@@ -322,6 +373,7 @@ _NEEDED: dict[EntryKind | WriteMode, tuple[str, str]] = {
     EntryKind.EXPIRE: ("expire_before", "expire_before"),
     WriteMode.REPLACE_WHERE: ("filter", "row_filter"),
     WriteMode.COMPACT: ("inputs", "inputs"),
+    WriteMode.UPSERT: ("upsert", "upsert"),
 }
 
 
@@ -358,6 +410,27 @@ def _files(value: Any) -> tuple[Mapping[str, Any], ...]:
         field(f, FILE_PATH_KEY, "a data file path", is_text, required=True, where=f"files[{i}]")
         field(f, FILE_SPEC_KEY, "a partition spec id", is_count, required=True, where=f"files[{i}]")
         field(f, FILE_PARTITION_KEY, "a list of encoded partition values", is_partition, where=f"files[{i}]")
+    return tuple(value)
+
+
+def _bounds(value: Any) -> bool:
+    """Key bounds of a delete-key file: an object of field ids (decimal strings) to base64 strings."""
+    return isinstance(value, dict) and all(k.isdigit() and is_text(v) for k, v in value.items())
+
+
+def _key_refs(value: Any) -> tuple[Mapping[str, Any], ...]:
+    """The ``deletes`` field: references to an upsert's delete-key files (``iceberg.codec.key_files.describe``)."""
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
+        raise ValueError(f"'deletes' must be a list of delete-key file references, found {json.dumps(value)[:80]}")
+    for i, f in enumerate(value):
+        where = f"deletes[{i}]"
+        field(f, FILE_PATH_KEY, "a delete-key file path", is_text, required=True, where=where)
+        field(f, "n", "a row count", is_count, where=where)
+        field(f, "z", "a size in bytes", is_count, where=where)
+        field(f, "lb", "an object of field ids to key bounds", _bounds, where=where)
+        field(f, "ub", "an object of field ids to key bounds", _bounds, where=where)
     return tuple(value)
 
 

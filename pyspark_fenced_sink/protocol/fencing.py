@@ -119,11 +119,17 @@ def put_barrier(ctx: CommitContext, entry: WalEntry, start: int) -> int:
     while True:
         claimed = ctx.wal.claim(entry, start)
         seq = claimed.seq
+        held = not claimed.vanished or _holds(ctx, seq, entry.token)  # read before the state, as below
         view = ctx.load()
         if seq < view.state.upper:
             if recorded_token(ctx, view, seq) == token:
                 return seq
             start = view.state.upper
+            continue
+        if not held:
+            # "Exists", then gone, at or above the upper: an operator moved the object aside (gc deletes only
+            # below the upper); never reconciled and not ours. Put the barrier again.
+            start = seq
             continue
         if not ctx.wal.seal(view.state.upper, claimed):
             return seq  # nothing above it after its put: no commit can ever void it
@@ -135,6 +141,15 @@ def put_barrier(ctx: CommitContext, entry: WalEntry, start: int) -> int:
         if seq >= view.state.upper or recorded_token(ctx, view, seq) == token:
             return seq
         start = view.state.upper
+
+
+def _holds(ctx: CommitContext, seq: int, token: str) -> bool:
+    """True if WAL position ``seq`` holds the entry with owner ``token`` (a damaged object holds none)."""
+    try:
+        found = ctx.wal.read(seq)
+    except CorruptControlDataError:
+        return False
+    return found is not None and found.token == token
 
 
 def open_writer(

@@ -11,6 +11,16 @@ then a new table under the old name) never judge each other's files; ``x``
 stands for an unknown field. The nonce makes the name unique across tasks,
 attempts and writers. (Names without a table tag, kinds ``w``/``a``, come from
 earlier pre-releases and are never collected.)
+
+Files a *commit* writes while it applies upserts (PROTOCOL.md §5.5) are named
+from an :class:`ApplyTag` instead::
+
+    {kind}-{table}-{upper:020d}-{nonce}.parquet
+
+``kind`` is ``d`` for a position delete file and ``t`` for a merged tombstone
+file; ``upper`` is the committed upper of the version the commit attempt was
+built on. Once the committed upper is above it, no attempt that could still land
+references the file: ``gc`` judges such files by that and by what references them.
 ``gc`` parses names to decide, from the committed writer state alone, whether
 a file that no snapshot and no pending WAL entry references can ever be
 referenced again (PROTOCOL.md, "Orphan files"). Files whose names do not parse
@@ -23,7 +33,7 @@ import re
 import secrets
 from dataclasses import dataclass
 
-__all__ = ["FileTag", "table_tag"]
+__all__ = ["ApplyTag", "FileTag", "table_tag"]
 
 _NAME = re.compile(
     r"^(?:(?P<kind>[se])-(?P<table>[0-9a-f]{12})-|(?P<legacy>[wa])-)(?P<writer>[A-Za-z0-9_.-]+)~(?P<epoch>\d+|x)~(?P<opened>\d+|x)~"
@@ -92,6 +102,36 @@ class FileTag:
             nonce=m["nonce"],
             table=m["table"] or "",
         )
+
+
+_APPLY_NAME = re.compile(r"^(?P<kind>[dt])-(?P<table>[0-9a-f]{12})-(?P<upper>\d{20})-(?P<nonce>[0-9a-f]+)\.parquet$")
+
+
+@dataclass(frozen=True)
+class ApplyTag:
+    """A file a commit attempt wrote: a position delete file (``d``) or a merged tombstone file (``t``).
+
+    Attributes:
+        kind: ``d`` or ``t``.
+        table: The table tag.
+        upper: The committed upper of the version the attempt was built on.
+        nonce: Random hex making the name unique.
+    """
+
+    kind: str
+    table: str
+    upper: int
+    nonce: str = ""
+
+    def file_name(self) -> str:
+        """The Parquet file name for this tag (a fresh nonce if none is set)."""
+        return f"{self.kind}-{self.table}-{self.upper:020d}-{self.nonce or secrets.token_hex(8)}.parquet"
+
+    @classmethod
+    def parse(cls, file_name: str) -> ApplyTag | None:
+        """Parse a base name written by :meth:`file_name`; None for any other name."""
+        m = _APPLY_NAME.match(file_name)
+        return None if m is None else cls(m["kind"], m["table"], int(m["upper"]), m["nonce"])
 
 
 def table_tag(table_uuid: str) -> str:

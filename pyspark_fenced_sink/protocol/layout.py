@@ -8,7 +8,9 @@ identity, not to its location or name (PROTOCOL.md §1.1). Under the root:
   is numeric order and a LIST can start after a position);
 * ``runs/{writer}/{run}.json`` — the streaming run registry;
 * ``checkpoints/{upper:020d}.json`` — committed states ``gc`` kept before
-  truncating the WAL (``fencedlake repair-state`` starts from them).
+  truncating the WAL (``fencedlake repair-state`` starts from them);
+* ``keys/<file name>`` — upserts' delete-key files (executors) and merged
+  tombstone files (commits), fencedlake-private Parquet (PROTOCOL.md §5.5).
 
 Nothing else formats or parses a control key.
 """
@@ -21,11 +23,13 @@ import uuid
 __all__ = [
     "CHECKPOINT_PREFIX",
     "CONTROL_DIR",
+    "KEYS_PREFIX",
     "RUNS_PREFIX",
     "WAL_PREFIX",
     "checkpoint_key",
     "checkpoint_upper",
     "control_root",
+    "keys_key",
     "run_key",
     "seq_of",
     "wal_key",
@@ -35,6 +39,7 @@ CONTROL_DIR = "_fencedlake"
 WAL_PREFIX = "wal/"
 RUNS_PREFIX = "runs/"
 CHECKPOINT_PREFIX = "checkpoints/"
+KEYS_PREFIX = "keys/"
 _RUN_ID = re.compile(r"^[A-Za-z0-9-]{1,64}$")
 
 
@@ -77,6 +82,13 @@ def checkpoint_key(upper: int) -> str:
 def checkpoint_upper(key: str) -> int | None:
     """The upper a checkpoint key names, or None for any other key."""
     return _number_of(CHECKPOINT_PREFIX, key)
+
+
+def keys_key(file_name: str) -> str:
+    """The key of a delete-key or tombstone file named ``file_name`` (a FileTag or ApplyTag name)."""
+    if "/" in file_name or not file_name.endswith(".parquet"):
+        raise ValueError(f"expected a Parquet file name, got {file_name!r}")
+    return f"{KEYS_PREFIX}{file_name}"
 
 
 def run_key(writer_id: str, run: str) -> str:

@@ -22,6 +22,7 @@ from pyspark_fenced_sink.protocol.context import CommitContext, CommitResult
 from pyspark_fenced_sink.protocol.entry import EntryKind, WalEntry, WriteMode, encoded_path, partitions_of
 from pyspark_fenced_sink.protocol.fencing import WriterIdentity, new_token
 from pyspark_fenced_sink.protocol.reconcile import Outcome
+from pyspark_fenced_sink.protocol.upsert import UpsertSpec
 from pyspark_fenced_sink.protocol.view import TableView
 
 __all__ = ["data_entry", "finish_write", "raise_for_outcome"]
@@ -53,13 +54,18 @@ def data_entry(
     branch: str | None = None,
     properties: Mapping[str, str] | None = None,
     inputs: Sequence[str] = (),
+    folded: Sequence[str] = (),
+    upsert: UpsertSpec | None = None,
+    deletes: Sequence[Mapping[str, Any]] = (),
 ) -> WalEntry:
     """The data entry of a write by ``identity``.
 
     A ``DYNAMIC`` entry's partition set is the set of partitions its files were
     written to (an empty write replaces nothing). A ``REPLACE_WHERE`` entry's ``filter_ids`` are
     its filter's columns with the field ids they bound to at planning. A ``COMPACT`` entry's
-    ``inputs`` are the paths of the files its files replace.
+    ``inputs`` are the paths of the files its files replace, ``folded`` the delete files it
+    folds. An ``UPSERT`` entry carries its key columns (``upsert``) and its delete-key files
+    (``deletes``).
     """
     mode = WriteMode(mode)
     return WalEntry(
@@ -76,6 +82,9 @@ def data_entry(
         branch=branch,
         properties=tuple(sorted((properties or {}).items())),
         inputs=tuple(sorted(inputs)),
+        folded=tuple(sorted(folded)),
+        upsert=upsert,
+        deletes=tuple(deletes),
         rows=rows,
         spec_id=spec_id,
         untuned=untuned,
@@ -117,7 +126,7 @@ def finish_write(
         CommitOutcomeUnknownError: the entry is durable; its outcome is not known yet.
     """
     result = commit_entry(ctx, entry, view=view)
-    if result.outcome is not Outcome.APPLIED and entry.files:
-        remove_files([encoded_path(f) for f in entry.files])
+    if result.outcome is not Outcome.APPLIED and (entry.files or entry.deletes):
+        remove_files([encoded_path(f) for f in (*entry.files, *entry.deletes)])
     raise_for_outcome(result, ctx.port.name)
     return result

@@ -8,8 +8,11 @@ the one at it is applied, those above wait (:func:`position`); batch ids are
 judged exactly (``protocol.batches``); a missing position an entry above it
 declares jumped over (a *hole*, ``wal.holes``) is decided VOID and passed over,
 any other missing position waits (a lost object); :func:`transition` is the one place a
-decision changes the state (``repair-state`` replays it). No I/O: the model test
-runs it through thousands of interleavings.
+decision changes the state (``repair-state`` replays it), :func:`remembered` the one
+place an upsert changes the remembered deletes (§5.5). A commit is a run of
+appends, a run of upserts (the catalog side applies them in WAL order), or one
+entry that replaces rows, alone, on one branch. No I/O: the model test runs it
+through thousands of interleavings.
 """
 
 from __future__ import annotations
@@ -18,10 +21,12 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, replace
 from enum import Enum
 from types import MappingProxyType
+from typing import Any
 
 from pyspark_fenced_sink.protocol.batches import BatchIds
 from pyspark_fenced_sink.protocol.entry import MAIN_BRANCH, EntryKind, WalEntry, WriteMode
 from pyspark_fenced_sink.protocol.state import CommittedState, WriterState
+from pyspark_fenced_sink.protocol.upsert import remember_deletes
 
 __all__ = [
     "MAX_GROUP_DEFAULT",
@@ -31,6 +36,7 @@ __all__ = [
     "ReconcilePlan",
     "position",
     "reconcile",
+    "remembered",
     "transition",
 ]
 
@@ -102,8 +108,8 @@ class ReconcilePlan:
         state: The state after the commit (upper past every decided position).
         decisions: One per reconciled position, from ``base.upper`` on.
         apply: Positions whose files the commit adds.
-        mode: The mode of the commit's first applied entry (``APPEND`` if none applies);
-            at most one entry per plan replaces rows, always the first applied.
+        mode: The mode of the commit's first applied entry (``APPEND`` if none applies): every
+            applied entry has it (appends, or upserts), or the one applied entry replaces rows.
         stop: Why the plan ends: ``tail`` (no next entry), ``gap`` (a position is missing
             while later ones exist), ``next-commit`` (the next applied entry cannot join this
             commit: it replaces rows, writes to another branch or carries other snapshot
@@ -228,14 +234,27 @@ def transition(
     return expired_before
 
 
+def remembered(
+    tombstones: tuple[Mapping[str, Any], ...], entry: WalEntry, outcome: Outcome
+) -> tuple[Mapping[str, Any], ...]:
+    """The committed tombstone list after ``entry`` was decided ``outcome`` (PROTOCOL.md §5.5).
+
+    Like :func:`transition`, the one place a decision changes it; ``fencedlake repair-state`` replays it.
+    """
+    if outcome is not Outcome.APPLIED or entry.mode is not WriteMode.UPSERT:
+        return tombstones
+    return remember_deletes(
+        tombstones, entry.upsert, entry.deletes, on_main=entry.target == MAIN_BRANCH, created_ms=entry.created_ms
+    )
+
+
 def _joins(head: WalEntry, entry: WalEntry) -> bool:
     """True if applied ``entry`` may join the commit whose first applied entry is ``head``."""
-    return (
-        head.mode.takes_appends
-        and entry.mode is WriteMode.APPEND
-        and entry.target == head.target
-        and entry.properties == head.properties
-    )
+    if entry.target != head.target or entry.properties != head.properties:
+        return False
+    if entry.mode is WriteMode.APPEND:
+        return head.mode.takes_appends
+    return entry.mode is WriteMode.UPSERT and head.mode.takes_upserts
 
 
 def reconcile(
@@ -262,6 +281,7 @@ def reconcile(
     refused = refused or {}
     writers = dict(state.writers)
     expired_before = state.expired_before
+    tombstones = state.tombstones
     decisions: list[Decision] = []
     apply: list[int] = []
     head: WalEntry | None = None
@@ -288,12 +308,13 @@ def reconcile(
             stop = "next-commit"
             break
         expired_before = transition(writers, expired_before, seq, entry, outcome)
+        tombstones = remembered(tombstones, entry, outcome)
         decisions.append(Decision(seq, entry.token, entry.writer, outcome, detail))
         if applies:
             head = head or entry
             apply.append(seq)
         seq += 1
-    new_state = replace(state, upper=seq, writers=writers, expired_before=expired_before)
+    new_state = replace(state, upper=seq, writers=writers, expired_before=expired_before, tombstones=tombstones)
     if head is None:
         return ReconcilePlan(state, new_state, tuple(decisions), (), WriteMode.APPEND, stop)
     return ReconcilePlan(

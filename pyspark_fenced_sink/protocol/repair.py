@@ -25,7 +25,7 @@ from pyspark_fenced_sink.protocol.commit import recorded_token, recover
 from pyspark_fenced_sink.protocol.context import CommitConflict, CommitContext
 from pyspark_fenced_sink.protocol.entry import TOKEN_CHARS, EntryKind, WalEntry
 from pyspark_fenced_sink.protocol.fencing import new_token
-from pyspark_fenced_sink.protocol.reconcile import Outcome, transition
+from pyspark_fenced_sink.protocol.reconcile import Outcome, remembered, transition
 from pyspark_fenced_sink.protocol.state import CommitRecord, CommittedState
 from pyspark_fenced_sink.protocol.view import TableView
 
@@ -84,7 +84,7 @@ def rebuild_state(ctx: CommitContext, table_uuid: str, root: str) -> tuple[Rebui
         start, text = checkpoint
         state = replace(CommittedState.decode(text, where=f"checkpoint {start}"), table_uuid=table_uuid, root=root)
     outcomes = {r.first + i: pair for r in records for i, pair in enumerate(r.outcomes)}
-    writers, expired = dict(state.writers), state.expired_before
+    writers, expired, tombstones = dict(state.writers), state.expired_before, state.tombstones
     for seq in range(start, upper):
         found = outcomes.get(seq)
         if found is not None and found[1] == Outcome.VOID.value:
@@ -105,7 +105,8 @@ def rebuild_state(ctx: CommitContext, table_uuid: str, root: str) -> tuple[Rebui
                 table=ctx.port.name,
             )
         expired = transition(writers, expired, seq, entry, Outcome(code))
-    rebuilt = replace(state, upper=upper, writers=writers, expired_before=expired)
+        tombstones = remembered(tombstones, entry, Outcome(code))
+    rebuilt = replace(state, upper=upper, writers=writers, expired_before=expired, tombstones=tombstones)
     return Rebuilt(rebuilt, None if checkpoint is None else start, upper - start), view
 
 

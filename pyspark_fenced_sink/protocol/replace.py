@@ -13,7 +13,7 @@ reported.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 
@@ -27,6 +27,7 @@ __all__ = [
     "Refusals",
     "changed_data",
     "check_fast_forward",
+    "check_folded",
     "filter_columns_now",
     "holds_unmatched",
     "missing_stats",
@@ -222,6 +223,33 @@ def _compaction_inputs(entry: WalEntry, live: Sequence[LiveFile]) -> list[LiveFi
             "as they are. Run the compaction again"
         )
     return [by_path[p] for p in entry.inputs]
+
+
+def check_folded(entry: WalEntry, applying: Collection[str]) -> None:
+    """A compaction may apply only if the delete files applying to its inputs now are exactly the ones it folded.
+
+    Its outputs hold the inputs' rows as they were with the folded deletes applied. A delete added to an input
+    since (an upsert applied meanwhile) would be lost, its deleted rows brought back; a folded delete that no
+    longer applies (main rolled back, or its deletes rewritten, by another engine) would delete rows that are
+    live now.
+
+    Raises:
+        EntryRefused: the delete files applying to its inputs are not the ones it folded.
+    """
+    extra = sorted(set(applying) - set(entry.folded))
+    if extra:
+        raise EntryRefused(
+            f"compaction is refused: delete file {extra[0]} applies to one of its inputs and was added after the "
+            "compaction read them (an upsert or a delete applied meanwhile); its rewrite would bring deleted rows "
+            "back. Nothing was changed; run it again"
+        )
+    gone = sorted(set(entry.folded) - set(applying))
+    if gone:
+        raise EntryRefused(
+            f"compaction is refused: delete file {gone[0]}, folded into its rewrite, no longer applies to its "
+            "inputs (main was rolled back, or the deletes rewritten, meanwhile); its rewrite would delete rows "
+            "that are live now. Nothing was changed; run it again"
+        )
 
 
 def changed_data(

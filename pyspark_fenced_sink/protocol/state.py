@@ -3,7 +3,8 @@
 The committed state — the table UUID it belongs to and the control root its
 WAL lives under (PROTOCOL.md §1.1, identity), the upper (every WAL position
 below it has been reconciled), each stable writer's epoch, run, query and
-exact set of applied batch ids, and the ``gc`` expiry mark — is one JSON
+exact set of applied batch ids, the ``gc`` expiry mark, and the remembered
+deletes of ordered upserts (the tombstone files, PROTOCOL.md §5.5) — is one JSON
 table property, ``fencedlake.state``, written in the same catalog commit as
 the data it describes. Table properties are part of the table metadata, not
 of a snapshot: they survive snapshot expiry and commits by other engines
@@ -31,6 +32,7 @@ __all__ = [
     "STATE_PROPERTY",
     "SUMMARY_PREFIX",
     "SUMMARY_PUBLISHED",
+    "SUMMARY_UPSERT",
     "CommitRecord",
     "CommittedState",
     "WriterState",
@@ -40,11 +42,15 @@ __all__ = [
 
 STATE_PROPERTY = "fencedlake.state"
 STATE_VERSION = 2
+#: A state that lists tombstone files is written as version 3 (an older fencedlake would drop the list).
+_TOMBSTONES_VERSION = 3
 SUMMARY_SEQS = "fencedlake.seqs"
 SUMMARY_OUTCOMES = "fencedlake.outcomes"
 SUMMARY_METRICS = "fencedlake.commit"
 #: Summary key of a publish commit's snapshot: ``<branch>@<snapshot id>`` main was fast-forwarded to.
 SUMMARY_PUBLISHED = "fencedlake.published"
+#: Summary key of a commit that applied upserts: keys inserted, updated, deleted, unchanged; files read.
+SUMMARY_UPSERT = "fencedlake.upsert"
 #: Snapshot-summary keys of fencedlake's own; snapshot properties may not use the ``fencedlake.`` prefix.
 SUMMARY_PREFIX = "fencedlake."
 #: A tag every fencedlake commit on a branch other than main moves to its new snapshot, and every
@@ -100,6 +106,8 @@ class CommittedState:
         expired_before: Anonymous writes opened before this upper are rejected.
         table_uuid: The UUID of the table this state belongs to (None: not yet bound).
         root: The control root (URI) of the table's WAL (None: not yet bound).
+        tombstones: The remembered deletes of ordered upserts on main: references to the delete-key
+            files (and merged tombstone files) under the control root (``protocol.upsert``).
     """
 
     upper: int = 0
@@ -107,17 +115,20 @@ class CommittedState:
     expired_before: int = 0
     table_uuid: str | None = None
     root: str | None = None
+    tombstones: tuple[Mapping[str, Any], ...] = ()
 
     def encode(self) -> str:
         """The value of the ``fencedlake.state`` property."""
-        body = {
-            "v": STATE_VERSION,
+        body: dict[str, Any] = {
+            "v": _TOMBSTONES_VERSION if self.tombstones else STATE_VERSION,
             "table": self.table_uuid,
             "root": self.root,
             "upper": self.upper,
             "expired_before": self.expired_before,
             "writers": {w: s.encode() for w, s in sorted(self.writers.items())},
         }
+        if self.tombstones:
+            body["tombstones"] = [dict(t) for t in self.tombstones]
         return dumps(body)
 
     @classmethod
@@ -126,14 +137,18 @@ class CommittedState:
         if text is None:
             return cls()
         try:
-            body = loads_versioned(text, STATE_VERSION, f"{where}: property {STATE_PROPERTY}")
+            body = loads_versioned(text, (STATE_VERSION, _TOMBSTONES_VERSION), f"{where}: property {STATE_PROPERTY}")
             table, root = body.get("table"), body.get("root")
+            tombstones = body.get("tombstones", [])
+            if not isinstance(tombstones, list) or not all(isinstance(t, dict) for t in tombstones):
+                raise ValueError("'tombstones' must be a list of file references")
             return cls(
                 upper=int(body["upper"]),
                 writers={str(w): WriterState.decode(s) for w, s in body.get("writers", {}).items()},
                 expired_before=int(body.get("expired_before", 0)),
                 table_uuid=None if table is None else str(table),
                 root=None if root is None else str(root),
+                tombstones=tuple(tombstones),
             )
         except MALFORMED as e:
             raise CorruptControlDataError(

@@ -10,7 +10,7 @@ __all__ = ["FencedLakeDataSource"]
 
 
 class FencedLakeDataSource(DataSource):
-    """Exactly-once appends and overwrites into an Apache Iceberg table, from many jobs at once; reads back.
+    """Exactly-once appends, overwrites and upserts into an Apache Iceberg table, from many jobs at once; reads back.
 
     Installed with the package, the format is registered automatically::
 
@@ -46,7 +46,8 @@ class FencedLakeDataSource(DataSource):
     common ones: ``table`` (or the ``save()``/``load()`` path), ``warehouse`` (the embedded
     catalog's directory) or ``catalog`` / ``catalog.<key>`` (any pyiceberg catalog),
     ``writer.id`` (required for streaming), ``writer.batch-id``, ``partition-by``,
-    ``overwrite-mode``, ``replace-where``, ``branch``, ``snapshot-property.<key>``; for reads,
+    ``overwrite-mode``, ``replace-where``, ``branch``, ``snapshot-property.<key>``,
+    ``upsert-keys`` / ``upsert-order`` / ``upsert-delete-where`` (upserts by key); for reads,
     Iceberg's Spark option names (``snapshot-id``, ``as-of-timestamp``, ``branch``, ``tag``,
     ``start-snapshot-id``, ...). A bad option fails on the driver, before any task runs.
 
@@ -56,7 +57,11 @@ class FencedLakeDataSource(DataSource):
     write-ahead-log order). ``error``/``errorifexists``/``ignore`` fail inside Spark
     before this sink runs. Streaming output modes: ``append``; ``complete`` replaces the
     rows every micro-batch (per ``overwrite-mode``/``replace-where``); ``update`` is
-    refused by Spark.
+    refused by Spark. With an ``upsert-*`` option an ``append`` (batch or streaming)
+    upserts: every reader sees at most one row per key — with ``upsert-order`` the one
+    with the greatest order value among every applied write's rows, absent if that row
+    matches ``upsert-delete-where`` — whichever writer commits first; rows that lose are
+    deleted with Iceberg position deletes (docs/PROTOCOL.md §5.5).
 
     Semantics: every write puts one entry into the table's write-ahead log under
     ``<table location>/_fencedlake/`` with put-if-absent, and any committer applies

@@ -38,6 +38,7 @@ class FencedLakeCommitMessage(WriterCommitMessage):
         run: Streaming run id (Spark's runId, the job group of the micro-batch), if any.
         query: Streaming query id (stable across restarts), if any.
         untuned: The task ran with Spark's per-row Arrow batch size check on (``tune_session`` not applied).
+        deletes: An upsert's delete-key files (``write.upsert``).
     """
 
     files: tuple[dict[str, Any], ...] = ()
@@ -48,6 +49,7 @@ class FencedLakeCommitMessage(WriterCommitMessage):
     run: str | None = None
     query: str | None = None
     untuned: bool = False
+    deletes: tuple[dict[str, Any], ...] = ()
 
 
 def task_message(spec: WriteSpec, batches: Iterator[Any]) -> FencedLakeCommitMessage:
@@ -56,7 +58,15 @@ def task_message(spec: WriteSpec, batches: Iterator[Any]) -> FencedLakeCommitMes
     result = write_task(spec, batches, task)
     run, query = spark_run_ids() if spec.streaming else (None, None)
     return FencedLakeCommitMessage(
-        result.files, result.rows, result.bytes, task.partition_id, task.attempt_id, run, query, _untuned()
+        result.files,
+        result.rows,
+        result.bytes,
+        task.partition_id,
+        task.attempt_id,
+        run,
+        query,
+        _untuned(),
+        result.deletes,
     )
 
 
@@ -97,4 +107,5 @@ def written(messages: Sequence[FencedLakeCommitMessage | None], table: str) -> W
         untuned=untuned,
         run=next((m.run for m in collected if m.run), None),
         query=next((m.query for m in collected if m.query), None),
+        deletes=tuple(d for m in collected for d in m.deletes),
     )

@@ -246,6 +246,7 @@ def _promotes(found: PrimitiveType, expected: PrimitiveType) -> bool:
 @dataclass
 class _Acc:
     merge: bool
+    nulls_checked: bool = False
     additions: list[SchemaAddition] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)
     promoted: list[str] = field(default_factory=list)
@@ -295,7 +296,7 @@ def _check_struct(df: st.StructType, table: StructType, path: tuple[str, ...], a
                 )
             acc.missing.append(_join(here))
             continue
-        if df_field.nullable and tf.required:
+        if df_field.nullable and tf.required and not (acc.nulls_checked and not path):
             raise _nullable_into_required(here, "column")
         _check_type(df_field.dataType, tf.field_type, here, acc, in_key)
     for df_field in df.fields:
@@ -355,7 +356,9 @@ def _check_type(found: st.DataType, expected: IcebergType, path: tuple[str, ...]
         raise _mismatch(path, expected, found)
 
 
-def check_write_schema(df_schema: st.StructType, table_schema: Schema, *, merge_schema: bool) -> SchemaPlan:
+def check_write_schema(
+    df_schema: st.StructType, table_schema: Schema, *, merge_schema: bool, nulls_checked_per_row: bool = False
+) -> SchemaPlan:
     """Check that a DataFrame can be written into a table, before anything is written.
 
     Args:
@@ -363,6 +366,8 @@ def check_write_schema(df_schema: st.StructType, table_schema: Schema, *, merge_
         table_schema: The table's current Iceberg schema.
         merge_schema: Whether DataFrame columns missing from the table may be
             added to it (as optional columns).
+        nulls_checked_per_row: A nullable DataFrame column may go into a required top-level
+            column: the tasks check each row (an upsert's delete rows need only their key).
 
     Returns:
         The plan: columns to add, optional columns written as nulls, promotions.
@@ -372,7 +377,7 @@ def check_write_schema(df_schema: st.StructType, table_schema: Schema, *, merge_
             the column path, the table's type, the DataFrame's type, and what
             to do.
     """
-    acc = _Acc(merge=merge_schema)
+    acc = _Acc(merge=merge_schema, nulls_checked=nulls_checked_per_row)
     _check_struct(df_schema, table_schema.as_struct(), (), acc, in_key=False)
     return SchemaPlan(additions=tuple(acc.additions), missing=tuple(acc.missing), promoted=tuple(acc.promoted))
 
@@ -391,6 +396,8 @@ class SparkWriteSchema:
         """The Iceberg schema of a table created from the DataFrame."""
         return iceberg_schema_from_spark(self.spark)
 
-    def check(self, table_schema: Schema, *, merge_schema: bool) -> SchemaPlan:
+    def check(self, table_schema: Schema, *, merge_schema: bool, nulls_checked_per_row: bool = False) -> SchemaPlan:
         """:func:`check_write_schema` against the table's current schema."""
-        return check_write_schema(self.spark, table_schema, merge_schema=merge_schema)
+        return check_write_schema(
+            self.spark, table_schema, merge_schema=merge_schema, nulls_checked_per_row=nulls_checked_per_row
+        )

@@ -150,7 +150,13 @@ def write_tasks(
         result = write_task(p.spec, iter(part.to_batches(max_chunksize=SPARK_BATCH_ROWS)), TaskInfo(t, t, batch))
         out.append(
             FencedLakeCommitMessage(
-                files=result.files, rows=result.rows, bytes=result.bytes, task=t, run=run or None, query=query or None
+                files=result.files,
+                rows=result.rows,
+                bytes=result.bytes,
+                task=t,
+                run=run or None,
+                query=query or None,
+                deletes=result.deletes,
             )
         )
     return out

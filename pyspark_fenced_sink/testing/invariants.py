@@ -13,9 +13,12 @@ from typing import Any
 
 from pyspark_fenced_sink.protocol.commit import recover
 from pyspark_fenced_sink.protocol.context import CommitContext
-from pyspark_fenced_sink.protocol.entry import MAIN_BRANCH, TOKEN_CHARS, EntryKind, WalEntry, encoded_path
+from pyspark_fenced_sink.protocol.entry import MAIN_BRANCH, TOKEN_CHARS, EntryKind, WalEntry, WriteMode, encoded_path
 from pyspark_fenced_sink.protocol.state import STATE_PROPERTY, CommitRecord, CommittedState, decode_record
 from pyspark_fenced_sink.protocol.wal import Wal
+
+#: Modes whose applied entries never remove a live file (an upsert deletes rows by position).
+_KEEP_FILES = (WriteMode.APPEND, WriteMode.UPSERT)
 
 
 def _records(table: Any) -> list[CommitRecord]:
@@ -87,7 +90,7 @@ def check_table(table: Any, wal: Wal, exists: Callable[[str], bool], *, truncate
             (
                 s
                 for s, e in entries.items()
-                if e.target == b and e.mode.replaces_rows and outcome.get(s, ("", ""))[1] == "A"
+                if e.target == b and e.mode not in _KEEP_FILES and outcome.get(s, ("", ""))[1] == "A"
             ),
             default=-1,
         )
@@ -128,6 +131,13 @@ def check_table(table: Any, wal: Wal, exists: Callable[[str], bool], *, truncate
     if gone:
         v.append(f"I6: live data files missing from storage: {gone[:5]}")
     return v
+
+
+def duplicate_keys(table: Any, keys: list[str]) -> list[tuple[Any, ...]]:
+    """Keys (tuples of ``keys`` columns) that more than one live row of main holds (upserts: must be none)."""
+    rows = table.scan(selected_fields=tuple(keys)).to_arrow()
+    counts = Counter(zip(*(rows.column(k).to_pylist() for k in keys), strict=True))
+    return sorted(k for k, c in counts.items() if c > 1)
 
 
 def pending_after_recover(ctx: CommitContext) -> list[int]:

@@ -63,8 +63,10 @@ from pyspark_fenced_sink.iceberg.codec.row_filter import filter_columns, row_vio
 from pyspark_fenced_sink.iceberg.codec.write_properties import dictionary_columns, parquet_kwargs, size_property
 from pyspark_fenced_sink.masking import redact
 from pyspark_fenced_sink.protocol.filetag import FileTag
+from pyspark_fenced_sink.protocol.upsert import UpsertSpec
 from pyspark_fenced_sink.write.arrowcast import conform_batch
 from pyspark_fenced_sink.write.nan_counts import count_nans, nan_columns
+from pyspark_fenced_sink.write.upsert import DeleteRows
 
 __all__ = ["BUFFER_BYTES_DEFAULT", "TaskInfo", "WriteResult", "WriteSpec", "task_info_from_spark", "write_task"]
 
@@ -93,6 +95,8 @@ class WriteSpec:
         streaming: True for a streaming write (batch id from the task context).
         buffer_bytes: Bound on Arrow data buffered by a task across partitions.
         row_filter: A ``replace-where`` filter every row must satisfy (checked before it is written).
+        upsert: The key columns of an upsert (its delete rows go to a delete-key file, ``write.upsert``).
+        keys_root: The control root delete-key files are written under (upserts).
     """
 
     table: str
@@ -108,6 +112,8 @@ class WriteSpec:
     streaming: bool = False
     buffer_bytes: int = BUFFER_BYTES_DEFAULT
     row_filter: str | None = None
+    upsert: UpsertSpec | None = None
+    keys_root: str | None = None
 
     def __repr__(self) -> str:
         """A representation with every secret-looking property value masked."""
@@ -129,11 +135,12 @@ class TaskInfo:
 
 @dataclass(frozen=True)
 class WriteResult:
-    """What a task wrote: encoded DataFiles (``datafiles.encode_data_file``), rows, bytes."""
+    """What a task wrote: encoded DataFiles (``datafiles.encode_data_file``), rows, bytes; delete-key files."""
 
     files: tuple[dict[str, Any], ...] = ()
     rows: int = 0
     bytes: int = 0
+    deletes: tuple[dict[str, Any], ...] = ()
 
 
 def task_info_from_spark() -> TaskInfo:
@@ -298,9 +305,21 @@ class _TaskWriter:
         self.files: list[dict[str, Any]] = []
         self.rows = self.bytes = 0
         self.created: list[str] = []
+        self.deletes = None
+        if spec.upsert is not None:
+            required = tuple(self.layout.arrow_schema.field(i).name for i in self.layout.required)
+            root = spec.keys_root or spec.location
+            self.deletes = DeleteRows(
+                spec.upsert, spec.table, root, self.layout.schema, spec.schema_json, required, self.io, self.tag
+            )
 
     def add(self, batch: pa.RecordBatch) -> None:
-        batch = conform_batch(batch, self.layout.arrow_schema, self.layout.required)
+        if self.deletes is not None:  # delete rows may leave non-key columns empty: required is checked per row
+            batch = self.deletes.split(conform_batch(batch, self.layout.arrow_schema, ()))
+            if not batch.num_rows:
+                return
+        else:
+            batch = conform_batch(batch, self.layout.arrow_schema, self.layout.required)
         if self.spec.row_filter is not None:
             self._check_rows(batch, self.spec.row_filter)
         if not self.layout.sources:
@@ -418,10 +437,13 @@ class _TaskWriter:
             if part.rows:
                 self._write_row_group(part, part.rows)
             self._close_file(part)
-        return WriteResult(files=tuple(self.files), rows=self.rows, bytes=self.bytes)
+        deletes = self.deletes.finish() if self.deletes is not None else ()
+        return WriteResult(files=tuple(self.files), rows=self.rows, bytes=self.bytes, deletes=deletes)
 
     def abort(self) -> None:
         """Close open streams and delete this task's files (nothing references them yet)."""
+        if self.deletes is not None:
+            self.deletes.abort()
         for part in self.parts.values():
             if part.stream is not None:
                 try:

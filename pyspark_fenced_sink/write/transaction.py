@@ -29,6 +29,7 @@ from pyspark_fenced_sink.protocol.entry import WriteMode, encoded_path
 from pyspark_fenced_sink.protocol.fencing import WriterIdentity, open_writer, stream_epoch
 from pyspark_fenced_sink.protocol.filetag import FileTag, table_tag
 from pyspark_fenced_sink.protocol.outcome import data_entry, finish_write
+from pyspark_fenced_sink.protocol.upsert import UpsertSpec
 from pyspark_fenced_sink.write.task import WriteSpec
 
 if TYPE_CHECKING:
@@ -49,8 +50,11 @@ class WriteSchema(Protocol):
     def iceberg(self) -> Any:
         """The Iceberg schema of a table created from the data."""
 
-    def check(self, table_schema: Any, *, merge_schema: bool) -> SchemaPlan:
-        """Check the data against the table's schema; the columns to add first (with ``merge_schema``)."""
+    def check(self, table_schema: Any, *, merge_schema: bool, nulls_checked_per_row: bool = False) -> SchemaPlan:
+        """Check the data against the table's schema; the columns to add first (with ``merge_schema``).
+
+        ``nulls_checked_per_row``: nullable data may go into required top-level columns (the tasks check rows).
+        """
 
 
 @dataclass(frozen=True)
@@ -63,6 +67,7 @@ class Written:
         untuned: Some task ran with Spark's per-row Arrow batch size check on (recorded in the entry).
         run: The streaming run id the tasks reported, if any.
         query: The streaming query id the tasks reported, if any.
+        deletes: An upsert's delete-key files (``write.upsert``; PROTOCOL.md §5.5).
     """
 
     files: tuple[Mapping[str, Any], ...] = ()
@@ -70,11 +75,12 @@ class Written:
     untuned: bool = False
     run: str | None = None
     query: str | None = None
+    deletes: tuple[Mapping[str, Any], ...] = ()
 
     @property
     def paths(self) -> list[str]:
-        """The data files' paths."""
-        return [encoded_path(f) for f in self.files]
+        """The paths of the data files and of the delete-key files."""
+        return [encoded_path(f) for f in (*self.files, *self.deletes)]
 
 
 @dataclass(frozen=True)
@@ -88,6 +94,8 @@ class WriteTransaction:
         identity: The opened writer (batch writes); None for streaming, whose runs claim an epoch at
             their first commit (PROTOCOL.md §7).
         inputs: A compaction's input files (the files its output replaces).
+        folded: The position delete files a compaction folds into its output (PROTOCOL.md §5.2).
+        upsert: An upsert's key and order columns (``iceberg.commit.upsert_plan``; PROTOCOL.md §5.5).
     """
 
     opts: SinkOptions
@@ -95,6 +103,8 @@ class WriteTransaction:
     spec: WriteSpec
     identity: WriterIdentity | None
     inputs: tuple[str, ...] = field(default=())
+    folded: tuple[str, ...] = field(default=())
+    upsert: UpsertSpec | None = None
 
     @classmethod
     def begin(cls, opts: SinkOptions, schema: WriteSchema, *, overwrite: bool, streaming: bool) -> WriteTransaction:
@@ -114,7 +124,7 @@ class WriteTransaction:
         mode = opts.write_mode(overwrite)
         if opts.replace_where is not None:  # against the data's columns, before a table can be created
             bind_row_filter(opts.replace_where, schema.iceberg())
-        creation = TableCreation(schema.iceberg, opts.partition_by, opts.table_properties)
+        creation = TableCreation(_created_schema(schema, opts), opts.partition_by, opts.table_properties)
         opened = open_table(
             opts.catalog,
             opts.table,
@@ -138,13 +148,20 @@ class WriteTransaction:
         *,
         streaming: bool = False,
         inputs: Sequence[str] = (),
+        folded: Sequence[str] = (),
         properties: Mapping[str, str] | None = None,
     ) -> WriteTransaction:
         """Open a writer on ``opened`` (the table as just read) and build the executor spec.
 
         ``properties`` override table properties for this write's files (compaction's target size), after
         the write's own ``write.*`` options (``SinkOptions.file_properties``).
+        An upsert's keys are resolved here (``iceberg.commit.upsert_plan``).
         """
+        upsert = None
+        if mode is WriteMode.UPSERT:
+            from pyspark_fenced_sink.iceberg.commit.upsert_plan import plan_upsert
+
+            upsert = plan_upsert(opened.table, opts)
         from pyspark_fenced_sink.iceberg.codec.fileio import io_properties
 
         table = opened.table
@@ -172,8 +189,10 @@ class WriteTransaction:
             tag=tag,
             streaming=streaming,
             row_filter=opts.replace_where,
+            upsert=upsert,
+            keys_root=opened.ctx.identity.root if upsert is not None and opened.ctx.identity else None,
         )
-        return cls(opts, mode, spec, identity, tuple(sorted(inputs)))
+        return cls(opts, mode, spec, identity, tuple(sorted(inputs)), tuple(sorted(folded)), upsert)
 
     def commit(
         self, written: Written, *, batch_id: int | None = None, opened: OpenedTable | None = None
@@ -202,6 +221,10 @@ class WriteTransaction:
             max_group=opts.commit_max_group_size,
         )
         ctx, view, table = opened.ctx, opened.view, opened.table
+        if self.upsert is not None:  # before any WAL put: a key twice without an order fails, nothing durable
+            from pyspark_fenced_sink.iceberg.commit.upsert_plan import check_unique_keys
+
+            check_unique_keys(table, self.upsert, written.paths, opts.table)
         if self.identity is not None:
             identity, strict, batch = self.identity, False, opts.batch_id
         else:
@@ -228,6 +251,9 @@ class WriteTransaction:
             branch=opts.branch,
             properties=opts.snapshot_properties,
             inputs=self.inputs,
+            folded=self.folded,
+            upsert=self.upsert,
+            deletes=written.deletes,
         )
         result = finish_write(ctx, entry, lambda paths: _remove(table.io, paths), view=view)
         marker.unlink(missing_ok=True)
@@ -281,7 +307,7 @@ def _conform_schema(opened: OpenedTable, schema: WriteSchema, opts: SinkOptions)
 
     for _ in range(_MERGE_ATTEMPTS):
         table = opened.table
-        plan = schema.check(table.schema(), merge_schema=opts.merge_schema)
+        plan = schema.check(table.schema(), merge_schema=opts.merge_schema, nulls_checked_per_row=opts.upsert)
         if not plan.additions:
             return opened
         try:
@@ -296,6 +322,20 @@ def _conform_schema(opened: OpenedTable, schema: WriteSchema, opts: SinkOptions)
         f"({_MERGE_ATTEMPTS} attempts); nothing was written, retry",
         table=opts.table,
     )
+
+
+def _created_schema(schema: WriteSchema, opts: SinkOptions) -> Any:
+    """The schema of a table the write creates: an upsert's keys become its required identifier fields."""
+    if not (opts.upsert and opts.upsert_keys):
+        return schema.iceberg
+    keys = opts.upsert_keys
+
+    def keyed() -> Any:
+        from pyspark_fenced_sink.iceberg.commit.upsert_plan import with_identifier_fields
+
+        return with_identifier_fields(schema.iceberg(), keys, opts.table)
+
+    return keyed
 
 
 def _check_target(opened: OpenedTable, opts: SinkOptions, mode: WriteMode) -> None:

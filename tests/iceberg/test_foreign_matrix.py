@@ -3,7 +3,8 @@
 One test per row of the table in docs/PROTOCOL.md §5.4: the other engine's
 operation (plain pyiceberg, ``tests.iceberg.foreign``) runs at the fail point
 ``commit.after-wal-put`` of every mode in turn — append, static overwrite,
-dynamic overwrite, replace-where, compaction, publish, a branch write — each on
+dynamic overwrite, replace-where, compaction, publish, a branch write, an upsert
+(key ``id``, order ``n``: §5.5) — each on
 a table of its own, and the entry must end with the outcome the table says, by
 one committed decision, with exactly the rows that decision gives.
 
@@ -89,6 +90,8 @@ def rows(wh: str, name: str, ref: str = "main") -> Rows:
     return sorted(zip(got.column(id_name).to_pylist(), got.column(day_name).to_pylist(), strict=True))
 
 
+UPSERT = {"upsert-keys": "id", "upsert-order": "n"}
+
 #: What each mode does, and to which branch: (run, branch read, rows after if APPLIED from the rows before).
 Mode = tuple[Callable[[str, str], Any], str, Callable[[Rows, Rows], Rows]]
 MODES: dict[str, Mode] = {
@@ -114,6 +117,11 @@ MODES: dict[str, Mode] = {
         lambda wh, t: write(wh, t, [(9, "d6")], branch="audit"),
         "audit",
         lambda main, audit: [*audit, (9, "d6")],
+    ),
+    "upsert": (  # key ``id``, order ``n`` (= id): row 2 ties with the live row 2 and wins as the later write
+        lambda wh, t: write(wh, t, [(2, "d8"), (12, "d8")], **UPSERT),
+        "main",
+        lambda main, audit: [r for r in main if r[0] != 2] + [(2, "d8"), (12, "d8")],
     ),
 }
 

@@ -38,7 +38,7 @@ from pyspark_fenced_sink.protocol.filetag import FileTag
 from pyspark_fenced_sink.protocol.layout import wal_key
 from pyspark_fenced_sink.protocol.repair import skip_position
 
-from . import harness
+from . import harness, upserts
 from .memory_port import NAME, Foreign, MemoryTable, Snap
 
 __all__ = ["check", "coverage", "spawn"]
@@ -151,6 +151,7 @@ def _append_after_fork(env: harness.Env, t: MemoryTable) -> Foreign | None:
     if "audit" not in t.branches:
         t.branches["audit"] = list(t.files)
         t.heads["audit"] = t.heads[MAIN_BRANCH]
+        t.deletes["audit"] = dict(t.deletes.get(MAIN_BRANCH, {}))
         t.version += 1
         t.foreign.append((t.version, Foreign("fork", branch="audit")))
     return _append(env, t, minimal=True)
@@ -190,6 +191,7 @@ def _rollback_bare(env: harness.Env, t: MemoryTable) -> Foreign | None:
 def _roll_to(t: MemoryTable, target: int) -> Foreign:
     t.heads[MAIN_BRANCH] = target
     t.files = list(t.snaps[target].files)
+    t.deletes[MAIN_BRANCH] = dict(t.snaps[target].deletes)  # delete files are part of the snapshot too
     return Foreign("rollback", target=target)
 
 
@@ -198,6 +200,7 @@ def _reset_audit(env: harness.Env, t: MemoryTable) -> Foreign | None:
         return None
     t.branches["audit"] = list(t.files)
     t.heads["audit"] = t.heads[MAIN_BRANCH]
+    t.deletes["audit"] = dict(t.deletes.get(MAIN_BRANCH, {}))
     return Foreign("reset", branch="audit")
 
 
@@ -207,6 +210,7 @@ def _replace_main(env: harness.Env, t: MemoryTable) -> Foreign | None:
         return None
     t.heads[MAIN_BRANCH] = t.heads["audit"]
     t.files = list(t.branches["audit"])
+    t.deletes[MAIN_BRANCH] = dict(upserts.branch_deletes(t, "audit"))
     return Foreign("replace-main", branch="audit")
 
 
@@ -215,6 +219,7 @@ def _drop_audit(env: harness.Env, t: MemoryTable) -> Foreign | None:
         return None
     del t.branches["audit"]
     t.heads.pop("audit", None)
+    t.deletes.pop("audit", None)
     return Foreign("drop-ref", branch="audit")
 
 

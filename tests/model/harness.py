@@ -72,6 +72,7 @@ from pyspark_fenced_sink.protocol.view import TableIdentity, bind
 from pyspark_fenced_sink.protocol.wal import Wal
 from pyspark_fenced_sink.store.memory import MemoryStore
 
+from . import upsert_oracle, upserts
 from .memory_port import NAME, MemoryCatalog, MemoryTable, MemoryTablePort
 from .oracle import replay
 from .sched import Scheduler
@@ -162,6 +163,9 @@ class Env:
     #: a schedule without them (``features`` False) interleaves exactly as before they existed.
     feat: random.Random = field(default_factory=random.Random)
     features: bool = True
+    #: Whether a schedule gets upsert writers (``upserts.spawn``): a stream of its own, so a schedule without
+    #: them draws from ``feat`` exactly as before upserts existed.
+    upsert_draw: random.Random = field(default_factory=random.Random)
     #: Model files may hold NaN rows in ``v`` (a double in the in-memory catalog; the SQLite backend's is a long).
     nan_rows: bool = True
     #: State of the processes ``tests/model/foreign.py`` adds (stream readers), by name.
@@ -391,8 +395,11 @@ def keys_of(f: Mapping[str, Any]) -> list[str]:
     return [str(k) for k in f["keys"]] if "keys" in f else [str(f["key"])]
 
 
-def compact_process(env: Env, name: str, delay: float) -> None:
-    """``fencedlake compact``: read main's live files, rewrite 1-3 of one partition into one, put a compact entry."""
+def compact_process(env: Env, name: str, delay: float, *, wait_for_deletes: bool = False) -> None:
+    """``fencedlake compact``: read main's live files, rewrite 1-3 of one partition into one, put a compact entry.
+
+    ``wait_for_deletes``: wait (longer) for main to have position delete files too (upserts'), to fold them.
+    """
     env.sched.sleep(delay)
     write = Write(name, f"compact:{name}")
     opened = _open(env, write, None)
@@ -401,14 +408,15 @@ def compact_process(env: Env, name: str, delay: float) -> None:
     ctx, view, ident = opened
     parts: list[int] = []
     live: list[Mapping[str, Any]] = []
-    for _ in range(4):  # wait (a little) for main to have a file
+    for _ in range(40 if wait_for_deletes else 4):  # wait (a little) for main to have a file
         table = env.catalog.tables.get(NAME)
         if table is None or table.uuid != view.table_uuid:
             return
-        with table.lock:  # planning: the files live on main now
+        with table.lock:  # planning: the files live on main now, and their deletes
             live = list(table.files)
+            deletes = dict(table.deletes.get(MAIN_BRANCH, {}))
         parts = sorted({int(f["part"]) for f in live})
-        if parts:
+        if parts and (deletes or not wait_for_deletes):
             break
         env.sched.sleep(0.3)
     env.sched.checkpoint()
@@ -420,14 +428,16 @@ def compact_process(env: Env, name: str, delay: float) -> None:
     tag = _tag(ctx, ident.writer, True, None, ident.opened, None)
     out_name = FileTag(tag.writer, True, None, tag.opened, None, 0, 0, table=tag.table).file_name()
     lo, hi = min(int(f["lo"]) for f in inputs), max(int(f["hi"]) for f in inputs)
+    rows, folded = upserts.compacted(deletes, inputs)
     out = {
         **env.encode_file(out_name, f"{write.key}#0", part, lo, hi),
         "keys": sorted(k for f in inputs for k in keys_of(f)),
+        **({"rows": rows} if rows else {}),
         "nan": any(f.get("nan") for f in inputs),
     }
     env.disk[str(out["p"])] = FileTag.parse(out_name) or tag
     paths = [encoded_path(f) for f in inputs]
-    entry = data_entry(ident, [out], mode=WriteMode.COMPACT, spec_id=view.spec_id, inputs=paths)
+    entry = data_entry(ident, [out], mode=WriteMode.COMPACT, spec_id=view.spec_id, inputs=paths, folded=folded)
     _run_write(env, write, entry, ctx)
 
 
@@ -712,6 +722,7 @@ def build_schedule(env: Env) -> None:
     if env.features and feat.random() < 0.3:
         delay = feat.uniform(0.05, 0.6)
         spawn("publish", lambda: publish_process(env, "publish", delay))
+    upserts.spawn(env, spawn)
     if env.features and feat.random() < 0.5:
         for c in range(feat.randint(1, 2)):
             delay = feat.uniform(0.1, 1.0)
@@ -790,6 +801,7 @@ def run_schedule(
     spread = random.Random(seed * 1_000_033 + 11)  # its own stream: schedules without a pace stay as they were
     env.pace = spread.choice([None, None, 20.0, 60.0, 150.0])
     env.zombie = env.pace is not None and spread.random() < 0.3
+    env.upsert_draw = random.Random(seed * 1_000_037 + 13)  # its own stream too (``upserts.spawn``)
     if backend is not None:
         backend.install(env, seed)
     build_schedule(env)
@@ -859,6 +871,7 @@ def coverage(env: Env, finals: list[Final]) -> Counter[str]:
     c["ambiguous puts injected"] += env.injected["put"]
     c["unknown commits injected"] += env.injected["commit"]
     c["damaged objects skipped"] += env.injected["damaged objects"]
+    c.update(upserts.coverage(env, finals))
     from . import foreign
 
     c.update(foreign.coverage(env, [f.table for f in finals]))
@@ -977,8 +990,10 @@ def _check_table(env: Env, final: Final, writes: list[Write], key_table: Mapping
     }
     for key in sorted(k for k in keys - applied_keys if not k.startswith(OTHER)):
         v.append(f"model: {name}: {key} is in the table but no applied entry carries it")
-    # I1/I9: every branch holds exactly what replaying the applied entries in WAL order gives.
-    v.extend(replay(t, outcome_at, by_token))
+    # I1/I9: every branch holds exactly what replaying the applied entries in WAL order gives (rows too).
+    rows = upsert_oracle.RowOracle()
+    v.extend(replay(t, outcome_at, by_token, rows))
+    v.extend(rows.compare(t, outcome_at, by_token))
     for w in writes:
         if w.entry is None:
             continue

@@ -31,6 +31,8 @@ from pyspark_fenced_sink.protocol.replace import EntryRefused, LiveFile, Match
 from pyspark_fenced_sink.protocol.state import CommitRecord, CommittedState
 from pyspark_fenced_sink.protocol.view import TableView
 
+from . import upserts
+
 LOCATION = "mem://warehouse/model/table"
 NAME = "model.table"
 
@@ -64,6 +66,8 @@ class MemoryTable:
     lineage: dict[int, tuple[int | None, bool]] = field(default_factory=dict)
     history: list[tuple[int, str, tuple[Mapping[str, Any], ...]]] = field(default_factory=list)
     commits: dict[int, tuple[str, tuple[tuple[str, str], ...]]] = field(default_factory=dict)
+    #: Position delete files per branch: delete path -> (data path, positions) (``upserts``).
+    deletes: dict[str, dict[str, tuple[str, frozenset[int]]]] = field(default_factory=dict)
     #: Per snapshot: what a reader and a publish see of it (``Snap``); column names by field id (another
     #: engine may rename them); other engines' changes, each with the version it made (``Foreign``).
     snaps: dict[int, Snap] = field(default_factory=dict)
@@ -83,7 +87,8 @@ class MemoryTable:
         sid = len(self.lineage) + 1
         parent = self.heads.get(branch)
         self.lineage[sid] = (parent, changed)
-        self.snaps[sid] = replace(snap or Snap(), parent=parent, files=tuple(self.live(branch)))
+        deletes = dict(upserts.branch_deletes(self, branch))
+        self.snaps[sid] = replace(snap or Snap(), parent=parent, files=tuple(self.live(branch)), deletes=deletes)
         self.heads[branch] = sid
         return sid
 
@@ -112,6 +117,7 @@ class Snap:
         counters: Its summary's counters (``{"operation": ...}`` alone for a minimal summary).
         manifests: (added, deleted) file counts of the manifests it wrote itself.
         files: The branch's live files after it.
+        deletes: The branch's position delete files after it (``upserts``; a rollback returns to them too).
     """
 
     parent: int | None = None
@@ -121,14 +127,21 @@ class Snap:
     counters: Mapping[str, str] = field(default_factory=lambda: {"operation": "append"})
     manifests: tuple[tuple[int, int], ...] = ()
     files: tuple[Mapping[str, Any], ...] = ()
+    deletes: Mapping[str, tuple[str, frozenset[int]]] = field(default_factory=dict)
 
 
-def commit_snap(op: str, added: Files, removed: int, appended: Files) -> Snap:
-    """A fencedlake commit's snapshot: pyiceberg writes full summary counters and one manifest per change."""
+def commit_snap(op: str, added: Files, removed: int, appended: Files, deletes: tuple[int, int] = (0, 0)) -> Snap:
+    """A fencedlake commit's snapshot: pyiceberg writes full summary counters and one manifest per change.
+
+    ``deletes``: the position delete files it added and removed (upserts, compactions that fold them).
+    """
     counters = {"operation": op}
     if added or removed:
         counters.update({"added-data-files": str(len(added)), "deleted-data-files": str(removed)})
+    if any(deletes):
+        counters.update({"added-delete-files": str(deletes[0]), "removed-delete-files": str(deletes[1])})
     manifests = ((len(added), removed),) if added or removed else ()
+    manifests += (deletes,) if any(deletes) else ()
     paths = tuple(str(f["p"]) for f in added)
     return Snap(
         op=op, added=paths, appended=tuple(str(f["p"]) for f in appended), counters=counters, manifests=manifests
@@ -209,6 +222,7 @@ def apply_plan(t: MemoryTable, plan: ReconcilePlan, entries: Mapping[int, WalEnt
     branch = plan.branch
     added = [f for s in plan.apply for f in entries[s].files]
     doomed: set[str] = set()
+    rows = upserts.RowChanges()
     if head is not None and plan.mode is WriteMode.PUBLISH:
         source = str(head.branch)
         try:
@@ -217,6 +231,7 @@ def apply_plan(t: MemoryTable, plan: ReconcilePlan, entries: Mapping[int, WalEnt
             raise EntryRefused(e.reason, plan.head) from e
         files, changed = list(t.branches[source]), False
         t.heads[MAIN_BRANCH] = target
+        t.deletes[MAIN_BRANCH] = dict(upserts.branch_deletes(t, source))
     else:
         live = live_files(t, branch, head) if head is not None and plan.mode.replaces_rows else t.live(branch)
         if head is not None and plan.mode.replaces_rows:
@@ -233,8 +248,11 @@ def apply_plan(t: MemoryTable, plan: ReconcilePlan, entries: Mapping[int, WalEnt
                 doomed = {x.path for x in rules.removals(head, described, classify)}
             except EntryRefused as e:
                 raise EntryRefused(e.reason, plan.head) from e
+        rows = upserts.row_changes(t, plan, entries, branch, t.live(branch))
         files = [f for f in t.live(branch) if str(f["p"]) not in doomed] + added
-        changed = bool(added or doomed)
+        changed = bool(added or doomed or rows.added)
+        deletes = {k: v for k, v in upserts.branch_deletes(t, branch).items() if k not in rows.removed}
+        t.deletes[branch] = {**deletes, **rows.added}
         if branch != MAIN_BRANCH and branch not in t.branches:
             if t.heads[MAIN_BRANCH] is None:  # an empty table: main gets an empty snapshot to fork from
                 t.snapshot(MAIN_BRANCH, False)
@@ -245,7 +263,10 @@ def apply_plan(t: MemoryTable, plan: ReconcilePlan, entries: Mapping[int, WalEnt
         t.branches[branch] = files
     appended = [f for s in plan.apply if entries[s].mode is WriteMode.APPEND for f in entries[s].files]
     op = {WriteMode.APPEND: "append", WriteMode.PUBLISH: "append", WriteMode.COMPACT: "replace"}.get(plan.mode)
-    t.snapshot(branch, changed, commit_snap(op or "overwrite", added, len(doomed), appended))
+    if plan.mode is WriteMode.UPSERT and not rows.added:
+        op = "append"  # an upsert that deleted no row only added keys (PROTOCOL.md §5.5)
+    deleted = (len(rows.added), len(rows.removed))
+    t.snapshot(branch, changed, commit_snap(op or "overwrite", added, len(doomed), appended, deleted))
     t.ever_referenced.update(str(f["p"]) for f in added)
     t.version += 1
     t.state, t.has_state = plan.state, True

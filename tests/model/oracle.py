@@ -23,14 +23,16 @@ the semantics of docs/PROTOCOL.md §5.1 stated directly on the model's files —
 replayed between the commits where they happened — then compares each branch's files and
 every ref with the table's. Anything else — a file live at
 write time but not at apply time treated as live, a straddling file removed or kept, a
-commit on the wrong branch — shows up as a difference.
+commit on the wrong branch — shows up as a difference. Rows inside files (upserts and the
+deletes they make) are replayed by an observer (``upsert_oracle.RowOracle``) this replay
+calls at each fork, snapshot, publish, refusal, applied entry and other engine's change.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from pyspark_fenced_sink.protocol.entry import MAIN_BRANCH, EntryKind, WalEntry, WriteMode
 from pyspark_fenced_sink.protocol.reconcile import Outcome
@@ -38,7 +40,29 @@ from pyspark_fenced_sink.protocol.replace import Match
 
 from .memory_port import Foreign, MemoryTable
 
-__all__ = ["replay"]
+__all__ = ["Observer", "replay"]
+
+
+class Observer(Protocol):
+    """Follows the replay row by row (``upsert_oracle.RowOracle``)."""
+
+    def fork(self, branch: str) -> None:
+        """``branch`` is created from main."""
+
+    def publish(self, branch: str) -> None:
+        """Main is moved to ``branch``."""
+
+    def refusable(self, live: Mapping[str, Mapping[str, Any]], entry: WalEntry) -> bool:
+        """True if ``entry`` may be refused on the branch's ``live`` files for reasons of rows."""
+
+    def applied(self, live: Mapping[str, Mapping[str, Any]], branch: str, entry: WalEntry, v: list[str]) -> bool:
+        """``entry`` was applied on ``branch``, whose files are now ``live``; True if it deleted rows."""
+
+    def snap(self, sid: int, branch: str) -> None:
+        """Snapshot ``sid`` was made on ``branch`` (a rollback may return to it)."""
+
+    def foreign(self, change: Foreign, files: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> None:
+        """Another engine's ``change`` was replayed; ``files`` are every branch's live files now."""
 
 
 @dataclass
@@ -50,16 +74,22 @@ class _Lake:
     snapshots: dict[int, tuple[int | None, bool]] = field(default_factory=dict)
     #: The branch's live files after each snapshot (a rollback returns to them).
     after: dict[int, dict[str, Mapping[str, Any]]] = field(default_factory=dict)
+    #: Follows the rows inside the files (``upsert_oracle.RowOracle``), if any.
+    observer: Observer | None = None
 
     def snap(self, branch: str, changed: bool) -> None:
         sid = len(self.snapshots) + 1
         self.snapshots[sid] = (self.heads.get(branch), changed)
         self.heads[branch] = sid
         self.after[sid] = dict(self.live(branch))
+        if self.observer is not None:
+            self.observer.snap(sid, branch)
 
     def fork(self, branch: str) -> None:
         if branch in self.files:
             return
+        if self.observer is not None:
+            self.observer.fork(branch)
         if self.heads[MAIN_BRANCH] is None:
             self.snap(MAIN_BRANCH, False)
         self.files[branch] = dict(self.files[MAIN_BRANCH])
@@ -111,6 +141,8 @@ class _Lake:
         elif change.kind == "drop-ref":
             self.files.pop(change.branch, None)
             self.heads.pop(change.branch, None)
+        if self.observer is not None:
+            self.observer.foreign(change, self.files)
 
 
 def truth(row_filter: str) -> Any:
@@ -163,14 +195,23 @@ def _apply(lake: _Lake, branch: str, entry: WalEntry, v: list[str], seq: int) ->
     return bool(doomed or entry.files)
 
 
-def _commit(lake: _Lake, record_first: int, decided: list[tuple[int, Outcome, WalEntry]], t: MemoryTable) -> list[str]:
+def _commit(
+    lake: _Lake,
+    record_first: int,
+    decided: list[tuple[int, Outcome, WalEntry]],
+    t: MemoryTable,
+    rows: Observer | None = None,
+) -> list[str]:
     v: list[str] = []
     for seq, outcome, entry in decided:
         if outcome is Outcome.REFUSED:
             if entry.kind is EntryKind.PUBLISH:
                 refusable = not lake.may_publish(entry.branch)
             elif entry.mode is WriteMode.COMPACT:
-                refusable = not set(entry.inputs) <= set(lake.live(entry.target))
+                live = lake.live(entry.target)
+                refusable = not set(entry.inputs) <= set(live) or (rows is not None and rows.refusable(live, entry))
+            elif entry.mode is WriteMode.UPSERT:
+                refusable = rows is not None and rows.refusable(lake.live(entry.target), entry)
             else:
                 refusable = lake.straddles(entry)
             if not refusable:
@@ -190,9 +231,13 @@ def _commit(lake: _Lake, record_first: int, decided: list[tuple[int, Outcome, Wa
             elif len(applied) == 1 and entry.branch is not None:
                 lake.files[MAIN_BRANCH] = dict(lake.files[entry.branch])
                 lake.heads[MAIN_BRANCH] = lake.heads[entry.branch]
+                if rows is not None:
+                    rows.publish(entry.branch)
             continue
         lake.fork(branch)
         changed = _apply(lake, branch, entry, v, seq) or changed
+        if rows is not None:
+            changed = rows.applied(lake.files[branch], branch, entry, v) or changed
     if len(applied) > 1 and any(e.kind is EntryKind.PUBLISH for _, e in applied):
         v.append(f"model: commit of WAL seq {record_first}- holds a publish and other entries")
     lake.snap(branch, changed)
@@ -200,10 +245,13 @@ def _commit(lake: _Lake, record_first: int, decided: list[tuple[int, Outcome, Wa
 
 
 def replay(
-    t: MemoryTable, outcome_at: Mapping[int, tuple[str, Outcome]], by_token: Mapping[str, WalEntry]
+    t: MemoryTable,
+    outcome_at: Mapping[int, tuple[str, Outcome]],
+    by_token: Mapping[str, WalEntry],
+    rows: Observer | None = None,
 ) -> list[str]:
     """Violations of the write modes' semantics in table ``t`` (commit records in commit order)."""
-    lake = _Lake()
+    lake = _Lake(observer=rows)
     v: list[str] = []
     events: list[tuple[int, int, Any]] = [(version, 0, record) for version, record in t.records]
     events += [(version, 1, change) for version, change in t.foreign]
@@ -217,7 +265,7 @@ def replay(
             entry = by_token.get(token)
             if entry is not None:
                 decided.append((seq, outcome, entry))
-        v.extend(_commit(lake, event.first, decided, t))
+        v.extend(_commit(lake, event.first, decided, t, rows))
     name = f"table {t.uuid[:8]}"
     if lake.heads != t.heads:
         v.append(f"model: {name}: refs differ from replaying the WAL and other engines in order: {lake.heads}")

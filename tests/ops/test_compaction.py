@@ -195,14 +195,38 @@ def flat_ids(wh: str) -> list[int]:
     return sorted(r["id"] for r in embedded_catalog(wh).load_table(FLAT).scan().to_arrow().to_pylist())
 
 
-def test_a_file_with_position_deletes_is_left_alone_and_its_rows_stay_deleted(wh: str) -> None:
-    """Planning skips a file that delete files apply to; the other files are compacted; rows exact."""
+def test_file_scoped_position_deletes_are_folded_into_the_rewrite(wh: str) -> None:
+    """A file whose position deletes name it is rewritten with them applied; the delete file is removed."""
     t = flat_table(wh)
     first = sorted(task.file.file_path for task in t.scan().plan_files())[0]
-    commit_deletes(t, [position_delete_file(t, first, [0])])
+    commit_deletes(t, [position_delete_file(t, first, [0, 3])])
     before = flat_ids(wh)
     result = compact(wh, name=FLAT, min_input_files=2)
-    assert (result.outcome, result.input_files) == ("applied", 3)
+    assert (result.outcome, result.input_files, result.rows) == ("applied", 4, 38)
+    after = embedded_catalog(wh).load_table(FLAT)
+    assert flat_ids(wh) == before and len(before) == 38
+    assert len(after.inspect.delete_files()) == 0
+    assert after.current_snapshot().summary.additional_properties.get("removed-position-delete-files") == "1"
+
+
+def test_a_large_file_with_deletes_is_rewritten_alone(wh: str) -> None:
+    """Deletes to fold make even one file of any size worth rewriting (reads then skip no rows)."""
+    t = flat_table(wh, files=1)
+    only = next(task.file.file_path for task in t.scan().plan_files())
+    commit_deletes(t, [position_delete_file(t, only, [1])])
+    result = compact(wh, name=FLAT, min_input_files=5, target_file_size=1)
+    assert (result.outcome, result.input_files, result.rows) == ("applied", 1, 9)
+    assert flat_ids(wh) == [i for i in range(10) if i != 1]
+
+
+def test_files_with_partition_scoped_deletes_are_left_alone_and_their_rows_stay_deleted(wh: str) -> None:
+    """A delete file naming no single file applies to its whole partition: every file of it is left alone."""
+    t = flat_table(wh)
+    first = sorted(task.file.file_path for task in t.scan().plan_files())[0]
+    commit_deletes(t, [position_delete_file(t, first, [0], named=False)])
+    before = flat_ids(wh)
+    result = compact(wh, name=FLAT, min_input_files=2)
+    assert (result.outcome, result.input_files) == ("nothing-to-do", 0)
     assert flat_ids(wh) == before and len(before) == 39
 
 

@@ -16,9 +16,11 @@ import pytest
 from pyspark_fenced_sink.errors import CorruptControlDataError
 from pyspark_fenced_sink.protocol.entry import EntryKind, WalEntry, WriteMode, decode_entry, encode_entry
 from pyspark_fenced_sink.protocol.layout import wal_key
+from pyspark_fenced_sink.protocol.upsert import UpsertSpec
 
 KEY = wal_key(41)
 FILE = {"p": "d/f.parquet", "s": 0, "pt": ["AQ=="]}
+UPSERT = {"k": [[1, "id"]]}
 
 
 def _raw(**body: Any) -> bytes:
@@ -66,6 +68,31 @@ DAMAGED: list[tuple[str, dict[str, Any], str]] = [
     ("inputs-empty-path", {"kind": "data", "mode": "compact", "inputs": [""]}, "inputs"),
     ("props-not-strings", {"kind": "data", "props": {"k": 1}}, "props"),
     ("fids-not-ids", {"kind": "data", "mode": "filter", "filter": "x = 1", "fids": {"x": "1"}}, "fids"),
+    # Upserts (format 4, PROTOCOL.md §5.5).
+    ("upsert-no-spec", {"v": 4, "kind": "data", "mode": "upsert", "files": [FILE]}, "upsert"),
+    ("upsert-spec-on-append", {"v": 4, "kind": "data", "upsert": UPSERT}, "upsert"),
+    ("deletes-on-append", {"v": 4, "kind": "data", "deletes": [FILE]}, "deletes"),
+    ("folded-on-upsert", {"v": 4, "kind": "data", "mode": "upsert", "upsert": UPSERT, "folded": ["d"]}, "folded"),
+    ("upsert-not-an-object", {"v": 4, "kind": "data", "mode": "upsert", "upsert": "id"}, "upsert"),
+    ("upsert-no-keys", {"v": 4, "kind": "data", "mode": "upsert", "upsert": {"k": []}}, "upsert.k"),
+    ("upsert-key-id-a-string", {"v": 4, "kind": "data", "mode": "upsert", "upsert": {"k": [["1", "id"]]}}, "upsert.k"),
+    ("upsert-order-no-name", {"v": 4, "kind": "data", "mode": "upsert", "upsert": {**UPSERT, "o": [2]}}, "upsert.o"),
+    (
+        "delete-file-rows-a-string",
+        {"v": 4, "kind": "data", "mode": "upsert", "upsert": UPSERT, "deletes": [{"p": "k", "n": "2"}]},
+        "deletes[0].n",
+    ),
+    (
+        "delete-file-without-path",
+        {"v": 4, "kind": "data", "mode": "upsert", "upsert": UPSERT, "deletes": [{"n": 2}]},
+        "deletes[0].p",
+    ),
+    (
+        "delete-file-bounds-not-by-id",
+        {"v": 4, "kind": "data", "mode": "upsert", "upsert": UPSERT, "deletes": [{"p": "k", "lb": {"id": "AQ=="}}]},
+        "deletes[0].lb",
+    ),
+    ("upsert-in-format-3", {"kind": "data", "mode": "upsert", "upsert": UPSERT}, "v"),
 ]
 
 
@@ -91,6 +118,18 @@ VALID = {
     "streaming": WalEntry(kind=EntryKind.DATA, token="t", writer="w", epoch=0, batch=0, strict=True),
     "empty-dynamic": WalEntry(kind=EntryKind.DATA, token="t", writer="w", mode=WriteMode.DYNAMIC),
     "skip-empty-reason": WalEntry(kind=EntryKind.SKIP, token="t", writer="operator", reason=""),
+    "upsert": WalEntry(
+        kind=EntryKind.DATA,
+        token="t",
+        writer="w",
+        mode=WriteMode.UPSERT,
+        files=(FILE,),
+        upsert=UpsertSpec(keys=((1, "id"),), order=(2, "ts"), delete_where="op = 'D'"),
+        deletes=({"p": "keys/k.parquet", "n": 2, "z": 100, "lb": {"1": "AQAAAA=="}, "ub": {"1": "AgAAAA=="}},),
+    ),
+    "compact-folding": WalEntry(
+        kind=EntryKind.DATA, token="t", writer="w", mode="compact", files=(FILE,), inputs=("a",), folded=("d",)
+    ),
 }
 
 

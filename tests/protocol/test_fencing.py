@@ -328,3 +328,36 @@ def test_operator_fence_behind_a_missing_position_reports_not_done(world: World)
     with pytest.raises(CommitOutcomeUnknownError, match="NOT fenced yet"):
         fence_writer(ctx, "orders")
     assert world.table.state.upper == 0
+
+
+class _MovedAside(MemoryStore):
+    """A buggy writer's damaged object lands at ``key`` between a writer's LIST and its PUT; the operator moves
+    it aside just after that PUT found it there, before the writer reads it back."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__()
+        self.key: str | None = key
+
+    def put_if_absent(self, key: str, data: bytes) -> bool:
+        if key == self.key:
+            self.key = None
+            return False  # "exists" — and it is gone (moved aside) when read
+        return super().put_if_absent(key, data)
+
+
+@pytest.mark.parametrize("kind", ["barrier", "data"])
+def test_an_object_moved_aside_while_a_writer_claims_its_position_is_not_taken_for_ours(kind: str) -> None:
+    """Gone between "exists" and the read, at or above the upper: an operator moved it aside (gc deletes only
+    below the upper), so it was never ours nor reconciled; the writer puts its entry there again."""
+    world = World()
+    world.store = CountingStore(_MovedAside(wal_key(0)))
+    ctx = world.ctx()
+    if kind == "barrier":
+        ident = open_writer(ctx, "orders", run="r")
+        assert ident.epoch == 0 and world.wal() == {0: ("fence", "orders", None)}
+    else:
+        ident = open_writer(ctx, None)
+    result = finish_write(ctx, data_entry(ident, _files("a")), world.remove)
+    assert result.outcome is Outcome.APPLIED
+    assert world.live_paths() == ["data/a-0.parquet"]
+    assert world.wal()[result.seq][0] == "data"

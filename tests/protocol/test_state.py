@@ -83,7 +83,7 @@ def test_corrupt_state_raises_corrupt_control_data(text: str) -> None:
     assert e.value.retryable is False
 
 
-@pytest.mark.parametrize("version", [None, 1, 3])
+@pytest.mark.parametrize("version", [None, 1, 4])
 def test_state_of_another_version_says_upgrade(version: int | None) -> None:
     """A state written by another format version is refused with an upgrade hint, not misread."""
     body: dict[str, object] = {"upper": 1}

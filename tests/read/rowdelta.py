@@ -67,8 +67,11 @@ def _delete_file(table: Any, content: DataFileContent, path: str, size: int, row
     return data_file
 
 
-def position_delete_file(table: Any, data_file_path: str, positions: Sequence[int]) -> DataFile:
-    """A positional delete file removing rows ``positions`` (0-based) of ``data_file_path``."""
+def position_delete_file(table: Any, data_file_path: str, positions: Sequence[int], *, named: bool = True) -> DataFile:
+    """A positional delete file removing rows ``positions`` (0-based) of ``data_file_path``.
+
+    ``named=False`` leaves out the ``file_path`` bounds: readers then apply it to every file of its partition.
+    """
     schema = pa.schema(
         [
             pa.field("file_path", pa.string(), nullable=False, metadata={"PARQUET:field_id": str(_FILE_PATH_ID)}),
@@ -77,7 +80,7 @@ def position_delete_file(table: Any, data_file_path: str, positions: Sequence[in
     )
     arrow = pa.table({"file_path": [data_file_path] * len(positions), "pos": list(positions)}, schema=schema)
     path, size = _write(table, arrow)
-    bound = {_FILE_PATH_ID: data_file_path.encode()}  # as Java writers do: names the one data file it applies to
+    bound = {_FILE_PATH_ID: data_file_path.encode()} if named else None  # as Java writes: names its one data file
     return _delete_file(
         table, DataFileContent.POSITION_DELETES, path, size, len(positions), lower_bounds=bound, upper_bounds=bound
     )

@@ -2,13 +2,16 @@
 
 :func:`bind_row_filter` parses and binds on the driver (Iceberg's syntax, names
 case-insensitive, lenient timestamp literals); :func:`row_violations` finds the
-rows of an Arrow batch that do not satisfy it (executors); :func:`file_matcher`
+rows of an Arrow batch that do not satisfy it (executors) and :func:`split_rows`
+splits a batch into those and the rest (an upsert's delete rows, PROTOCOL.md
+§5.5); :func:`file_matcher`
 places a data file against it (all / none / some rows, or unproven where a
 statistic it needs is absent: ``iceberg.codec.file_stats``) from partition
 projections and column metrics; :func:`apply_matcher` does so at apply time with
 the filter's columns taken by the field ids they bound to at planning
 (:func:`filter_field_ids`, carried in the WAL entry, PROTOCOL.md §5.4). No
 catalog code: executors import it.
+
 """
 
 from __future__ import annotations
@@ -55,7 +58,16 @@ from pyspark_fenced_sink.errors import InvalidOptionsError
 from pyspark_fenced_sink.iceberg.codec.file_stats import UNREADABLE_STATS, column_stats, filter_fields, widened
 from pyspark_fenced_sink.protocol.replace import EntryRefused, Match, filter_columns_now, holds_unmatched, missing_stats
 
-__all__ = ["apply_matcher", "bind_row_filter", "file_matcher", "filter_columns", "filter_field_ids", "row_violations"]
+__all__ = [
+    "apply_matcher",
+    "bind_row_filter",
+    "file_matcher",
+    "filter_columns",
+    "filter_field_ids",
+    "row_violations",
+    "split_rows",
+]
+
 
 _DATE_ONLY = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 _OFFSET = re.compile(r"(Z|[+-]\d{2}:?\d{2})$")
@@ -182,6 +194,12 @@ def row_violations(batch: pa.RecordBatch, text: str, schema_json: str) -> pa.Rec
     ``schema_json`` is the table schema (``Schema.model_dump_json()``) the filter binds to.
     """
     return batch.filter(_complement(text, schema_json))
+
+
+def split_rows(batch: pa.RecordBatch, text: str, schema_json: str) -> tuple[pa.RecordBatch, pa.RecordBatch]:
+    """(rows where the filter is false or null, rows where it is true) of ``batch`` (``upsert-delete-where``)."""
+    complement = _complement(text, schema_json)
+    return batch.filter(complement), batch.filter(~complement)  # type: ignore[operator]
 
 
 @functools.lru_cache(maxsize=32)

@@ -8,7 +8,7 @@ commits from one base conflict whatever branches they write (I2).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from pyiceberg.io import FileIO
@@ -20,9 +20,10 @@ from pyiceberg.table.snapshots import Snapshot
 from pyiceberg.table.update import AssertRefSnapshotId, TableRequirement
 from pyiceberg.table.update.snapshot import ManageSnapshots, UpdateSnapshot
 
-from pyspark_fenced_sink.protocol.entry import MAIN_BRANCH
+from pyspark_fenced_sink.protocol.entry import MAIN_BRANCH, WalEntry
+from pyspark_fenced_sink.protocol.reconcile import ReconcilePlan
 from pyspark_fenced_sink.protocol.replace import EntryRefused, changed_data
-from pyspark_fenced_sink.protocol.state import SERIAL_REF
+from pyspark_fenced_sink.protocol.state import SERIAL_REF, CommittedState
 
 __all__ = ["StagedCommit", "changes_data", "live_data_files", "snapshot_history"]
 
@@ -103,10 +104,24 @@ class StagedCommit:
         branch: The branch the commit writes.
         summary: Snapshot summary properties of the commit's snapshot.
         refs: Refs (besides main and the serial tag) whose base value the commit asserts.
+        plan: The plan being committed, and ``entries`` its WAL entries by position.
+        state: The committed state the commit sets (the plan's; an upsert commit may merge its tombstones).
+        cleanups: What to remove if the attempt does not land (files a producer wrote besides manifests).
     """
 
-    def __init__(self, tx: Transaction, table: Table, branch: str, summary: dict[str, str]) -> None:
-        self.tx, self.table, self.branch, self.summary = tx, table, branch, summary
+    def __init__(
+        self,
+        tx: Transaction,
+        table: Table,
+        plan: ReconcilePlan,
+        entries: Mapping[int, WalEntry],
+        summary: dict[str, str],
+    ) -> None:
+        self.tx, self.table, self.branch, self.summary = tx, table, plan.branch, summary
+        self.plan, self.entries = plan, entries
+        self.state: CommittedState = plan.state
+        self.cleanups: list[Callable[[], None]] = []
+        branch = plan.branch
         self.refs = {branch}
         self._producers: list[Any] = []
         ref = tx.table_metadata.refs.get(branch)
@@ -153,6 +168,8 @@ class StagedCommit:
         return kept + ref_requirements(self.table.metadata, self.refs)
 
     def cleanup(self) -> None:
-        """Remove the manifests and manifest lists this attempt wrote (the commit was rejected)."""
+        """Remove the manifests, manifest lists and other files this attempt wrote (the commit was rejected)."""
         for producer in self._producers:
             producer._clean_all_uncommitted()
+        for remove in self.cleanups:
+            remove()

@@ -4,7 +4,8 @@
 the commit's snapshot on a :class:`~.branches.StagedCommit`: an append (manifests
 merged, ``manifests``), a replace of what ``protocol.replace.removals`` selects among
 the branch's files live on the commit's base (overwrite, dynamic overwrite,
-replace-where), a publish (fast-forward), a compaction (``rewrite``). A producer
+replace-where), a publish (fast-forward), a compaction (``rewrite``), upserts in
+WAL order (``upsert_apply``, PROTOCOL.md §5.5). A producer
 that must not apply on this base raises ``protocol.replace.EntryRefused``; the
 planning-time checks (:func:`check_replace_where`, :func:`check_publish`) take the
 same decisions before a write starts.
@@ -26,6 +27,7 @@ from pyspark_fenced_sink.iceberg.commit.branches import StagedCommit, snapshot_h
 from pyspark_fenced_sink.iceberg.commit.entry_files import doomed_files
 from pyspark_fenced_sink.iceberg.commit.manifests import append_producer
 from pyspark_fenced_sink.iceberg.commit.rewrite import compaction_producer
+from pyspark_fenced_sink.iceberg.commit.upsert_apply import upsert_producer
 from pyspark_fenced_sink.protocol.entry import MAIN_BRANCH, EntryKind, WalEntry, WriteMode
 from pyspark_fenced_sink.protocol.replace import EntryRefused, check_fast_forward
 from pyspark_fenced_sink.protocol.state import SUMMARY_PUBLISHED
@@ -114,4 +116,5 @@ PRODUCERS: dict[WriteMode, Callable[[StagedCommit, WalEntry | None], Any]] = {
     WriteMode.REPLACE_WHERE: _replace,
     WriteMode.PUBLISH: _publish,
     WriteMode.COMPACT: compaction_producer,
+    WriteMode.UPSERT: upsert_producer,
 }

@@ -239,7 +239,7 @@ class IcebergTablePort:
         head = entries[plan.head] if plan.head is not None else None
         staged = None
         try:
-            staged = StagedCommit(_LeanTransaction(table), table, plan.branch, summary)
+            staged = StagedCommit(_LeanTransaction(table), table, plan, entries, summary)
             producer = PRODUCERS[plan.mode](staged, head)
             for data_file in added:
                 producer.append_data_file(data_file)
@@ -256,7 +256,7 @@ class IcebergTablePort:
                 f"the entry cannot be applied to the table as it is now ({type(e).__name__}: {e}); nothing was changed",
                 plan.head,
             ) from e
-        staged.tx.set_properties({STATE_PROPERTY: plan.state.encode()})
+        staged.tx.set_properties({STATE_PROPERTY: staged.state.encode()})
         failpoints.hit("commit.after-manifests-written")
         requirements = (
             *staged.requirements(),

@@ -5,7 +5,10 @@ plus the first ``position`` files of its own list, was emitted; lists are fixed
 once a snapshot commits, so every replay plans the same files. Where a stream
 starts (:data:`START`), which snapshot operations are read, skipped or refused,
 how a fully read snapshot may expire, and how an offset main's lineage no longer
-holds rejoins it (``lineage``) are PROTOCOL.md §14.1's table.
+holds rejoins it (``lineage``) are PROTOCOL.md §14.1's table. An upsert commit
+that replaced or deleted rows is an ``overwrite`` snapshot (§5.5), refused by
+name or skipped by option; one that only added keys is an ``append`` and is read.
+
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from pyspark_fenced_sink.options.read import (
     STREAMING_SKIP_OVERWRITE,
     ReadOptions,
 )
+from pyspark_fenced_sink.protocol.state import SUMMARY_UPSERT
 
 __all__ = ["START", "StreamLimits", "StreamOffset", "StreamPlanner"]
 
@@ -259,8 +263,10 @@ class StreamPlanner:
             return False
         option = STREAMING_SKIP_OVERWRITE if operation == Operation.OVERWRITE else STREAMING_SKIP_DELETE
         hint = f"set {option}=true to skip such snapshots" if skip is not None else "no option skips it"
+        upserts = snapshot.summary is not None and SUMMARY_UPSERT in snapshot.summary.additional_properties
+        what = "an upsert snapshot (rows replaced and deleted by key)" if upserts else f"a {operation.value} snapshot"
         raise ReadRefusedError(
-            f"table {self.opts.table}: snapshot {snapshot.snapshot_id} is a {operation.value} snapshot, which "
+            f"table {self.opts.table}: snapshot {snapshot.snapshot_id} is {what}, which "
             f"changes or removes rows a stream of appends has delivered; {hint} (its rows are then not "
             "streamed), or read the table in batch",
             table=self.opts.table,

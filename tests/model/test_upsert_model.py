@@ -1,0 +1,127 @@
+"""Upserts in the model-based test: schedules where upsert writers race every other process (PROTOCOL.md §5.5).
+
+Every in-memory schedule below spawns 2-3 upsert writers (random keys, order values,
+delete rows) besides the usual mix; each schedule is checked by ``harness.check``,
+which includes the row-level replay and the serial oracle (``upsert_oracle``). The
+mutants prove those checks catch the ways upserts go wrong.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections import Counter
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+
+import pyspark_fenced_sink.protocol.reconcile as reconcile_module
+import pyspark_fenced_sink.protocol.replace as replace_module
+import pyspark_fenced_sink.protocol.upsert as upsert_module
+
+from . import upserts
+from .harness import run_schedule
+
+pytestmark = pytest.mark.model
+
+SCHEDULES = int(os.environ.get("FENCEDLAKE_MODEL_UPSERT_SCHEDULES", "2000"))
+MUTANT_BUDGET = 1000
+
+
+@contextlib.contextmanager
+def _forced(ordered: bool) -> Iterator[None]:
+    old, upserts.FORCED = upserts.FORCED, ordered
+    try:
+        yield
+    finally:
+        upserts.FORCED = old
+
+
+@contextlib.contextmanager
+def _patched(target: object, name: str, value: object) -> Iterator[None]:
+    old = getattr(target, name)
+    setattr(target, name, value)
+    try:
+        yield
+    finally:
+        setattr(target, name, old)
+
+
+@pytest.mark.parametrize("ordered", [True, False], ids=["upsert-order", "no-order"])
+def test_upsert_schedules_keep_every_invariant(ordered: bool) -> None:
+    """Upsert writers in every schedule: every invariant, the row replay and the serial oracle hold."""
+    stats: Counter[str] = Counter()
+    failures = []
+    with _forced(ordered):
+        for seed in range(SCHEDULES // 2):
+            violations = run_schedule(seed, stats=stats)
+            if violations:
+                failures.append((seed, violations[:3]))
+                if len(failures) >= 5:
+                    break
+    print({k: v for k, v in sorted(stats.items()) if "upsert" in k or "delet" in k or "tombstone" in k})
+    assert not failures, f"invariant violations (seed, first violations): {failures}"
+    if SCHEDULES >= 1000:
+        cases = ["rows deleted by position", "compactions folding deletes applied", "outcome:REFUSED"]
+        cases += ["ordered upserts applied", "tombstone files remembered"] if ordered else ["unordered upserts applied"]
+        cases += [] if ordered else ["upserts refused (duplicate key)"]
+        for case in cases:
+            assert stats[case] > 0, f"no schedule reached {case!r}: the model lost coverage"
+
+
+def _ties_by_arrival(best, existing, present, is_delete):  # type: ignore[no-untyped-def]
+    """A tie goes to the row that arrived first (the live one), not to the later WAL position."""
+    return ~present | (best > existing)
+
+
+def _delete_always_applies(best, existing, present, is_delete):  # type: ignore[no-untyped-def]
+    """A delete row removes the key even when the live row is newer."""
+    return is_delete | ~present | (best >= existing)
+
+
+def _order_ignored(best, existing, present, is_delete):  # type: ignore[no-untyped-def]
+    """The entry always wins, as without an order column."""
+    return np.ones_like(present)
+
+
+def _old_row_left(live_of_won_keys):  # type: ignore[no-untyped-def]
+    """The winning row is added but the key's old live row is not deleted."""
+    return np.zeros_like(live_of_won_keys)
+
+
+def _forget_deletes(tombstones, entry, outcome):  # type: ignore[no-untyped-def]
+    """Deletes are never remembered."""
+    return tombstones
+
+
+MUTANTS = {
+    "order ignored (the later WAL position always wins)": (
+        _patched(upsert_module, "_entry_wins", _order_ignored),
+        True,
+    ),
+    "ties by arrival": (_patched(upsert_module, "_entry_wins", _ties_by_arrival), True),
+    "a delete applied to a newer row": (_patched(upsert_module, "_entry_wins", _delete_always_applies), True),
+    "a key's old row left live": (_patched(upsert_module, "_replaced", _old_row_left), False),
+    "deletes not remembered": (_patched(reconcile_module, "remembered", _forget_deletes), True),
+    "a compaction ignores deletes added since it read its inputs": (
+        _patched(replace_module, "check_folded", lambda entry, applying: None),
+        True,
+    ),
+}
+
+
+@pytest.mark.parametrize("mutant", sorted(MUTANTS))
+def test_model_catches_a_broken_upsert(mutant: str) -> None:
+    """Each deliberately broken variant of the upsert rules violates an invariant within the budget."""
+    patch, ordered = MUTANTS[mutant]
+    with patch, _forced(ordered):
+        for seed in range(MUTANT_BUDGET):
+            try:
+                violations = run_schedule(seed)
+            except Exception as e:  # noqa: BLE001 - a crash of the model is a caught bug too
+                violations = [f"{type(e).__name__}: {e}"]
+            if violations:
+                print(f"\n{mutant}: caught at schedule {seed}: {violations[0][:200]}")
+                return
+    pytest.fail(f"mutant {mutant!r} survived {MUTANT_BUDGET} schedules: the model is too weak")
