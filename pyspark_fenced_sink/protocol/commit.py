@@ -25,7 +25,8 @@ from pyspark_fenced_sink.errors import (
     TableStateError,
 )
 from pyspark_fenced_sink.protocol.context import CommitConflict, CommitContext, CommitResult, CommitUnknown
-from pyspark_fenced_sink.protocol.entry import TOKEN_CHARS, EntryKind, WalEntry, encoded_path
+from pyspark_fenced_sink.protocol.entry import TOKEN_CHARS, EntryKind, WalEntry
+from pyspark_fenced_sink.protocol.file_refs import encoded_path
 from pyspark_fenced_sink.protocol.progress import Progress, backoff, finish, reload, unknown_error
 from pyspark_fenced_sink.protocol.reconcile import Outcome, Position, ReconcilePlan, position, reconcile
 from pyspark_fenced_sink.protocol.replace import EntryRefused, Refusals
