@@ -19,7 +19,8 @@ Fault hooks in the spec: ``start_file`` (wait for it before writing: lets the
 harness release many processes at once), ``stop_at`` + ``stop_nth`` (the process
 SIGSTOPs *itself* at that fail point, after writing ``<marker_dir>/<point>.stopped``:
 a GC pause / frozen VM at an exact protocol step; the harness resumes it with
-SIGCONT), ``s3fs_read_timeout`` (s3fs's client read timeout, lowered so injected
+SIGCONT), ``gap_s`` (a pause after each write: spreads a lane's writes over time so that an
+outage the harness causes meets some of them), ``s3fs_read_timeout`` (s3fs's client read timeout, lowered so injected
 timeouts cost seconds, not minutes). ``FENCEDLAKE_FAILPOINTS`` in the environment
 arms the sink's own fail points (``pause`` for ``kill -9``).
 """
@@ -242,6 +243,7 @@ def _lane(spec: dict[str, Any]) -> None:
                 if record["ok"]:
                     break
                 time.sleep(float(spec.get("retry_sleep_s", 0.5)))
+            time.sleep(float(spec.get("gap_s", 0)))
 
     threads = [threading.Thread(target=writer, args=(t,)) for t in range(int(spec.get("threads", 1)))]
     for th in threads:

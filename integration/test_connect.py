@@ -38,16 +38,27 @@ from pyspark_fenced_sink.options.catalog import catalog_config
 from pyspark_fenced_sink.testing.invariants import check_table
 
 ROOT = Path(__file__).resolve().parents[1]
+#: The environment variable pyspark sets once a Connect session was built in this process.
+_CONNECT_MODE = "SPARK_CONNECT_MODE_ENABLED"
 
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[str]:
-    """The Connect server's URL; the server runs for this module only."""
+    """The Connect server's URL; the server runs for this module only.
+
+    A Connect client marks the whole process as Connect (``SPARK_CONNECT_MODE_ENABLED``), after which
+    ``SparkSession.builder`` builds no classic session: the mark is taken back for the modules after this.
+    """
+    marked = os.environ.get(_CONNECT_MODE)
     try:
         start("connect.sh")
         yield connect_url()
     finally:
         service("connect.sh", "stop")
+        if marked is None:
+            os.environ.pop(_CONNECT_MODE, None)
+        else:
+            os.environ[_CONNECT_MODE] = marked
 
 
 def _session(url: str) -> Any:

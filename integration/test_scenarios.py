@@ -554,7 +554,7 @@ def test_postgres_restart_mid_run_loses_and_duplicates_nothing(services: Service
     durable or as "outcome unknown"; retried batches (same writer.id and batch id) land exactly once."""
     if services.target != "local":
         pytest.skip("restarting PostgreSQL needs the local target's integration/services/postgres.sh")
-    apps, threads, writes, count = 2, 2, 5, 20
+    apps, threads, writes, count = 2, 2, 10, 20
     t0 = time.monotonic()
     options = target_options(services, "pg-s3")
     _seed(options)
@@ -573,6 +573,7 @@ def test_postgres_restart_mid_run_loses_and_duplicates_nothing(services: Service
                 retries=30,
                 retry_sleep_s=0.5,
                 start_file=str(start),
+                gap_s=0.3,  # ~3 s of writes per thread: the restart meets some of them
             ),
         )
         for a in range(apps)
