@@ -45,8 +45,9 @@ NO_NANS = "write_task unpartitioned, no NaN counts"
 
 def _nan_cpu_share(p: Any, batches: list[pa.RecordBatch]) -> tuple[float, float]:
     """CPU seconds of counting NaNs over all the rows, and of one unpartitioned ``write_task`` of them."""
+    from pyspark_fenced_sink.write.layout import layout as _layout
     from pyspark_fenced_sink.write.nan_counts import count_nans
-    from pyspark_fenced_sink.write.task import TaskInfo, _layout, write_task
+    from pyspark_fenced_sink.write.task import TaskInfo, write_task
 
     layout = _layout(p.spec.schema_json, p.spec.spec_json, tuple(sorted(p.spec.properties.items())))
     table = pa.Table.from_batches(batches)

@@ -44,7 +44,6 @@ import cProfile
 import json
 import math
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -52,14 +51,14 @@ import uuid
 from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from benchmarks.common import BenchmarkError, SuiteResult, median, percentile, profile_top, ratio, step_breakdown
+from benchmarks.worker_process import MARK, WorkerProcess
 
 __all__ = ["PG_URI_ENV", "VARIANTS", "commits_for", "run"]
 
 ROOT = Path(__file__).resolve().parents[1]
-MARK = "@@"  # protocol lines on a worker's stdout start with this
 SEED_ID = 10**15
 PG_URI_ENV = "FENCEDLAKE_IT_PG_URI"
 #: The Iceberg REST catalog (integration/services/rest.sh exports these): a "rest" row, same writers.
@@ -184,48 +183,11 @@ def _worker() -> None:
 # ----------------------------------------------------------------- parent side
 
 
-class _Worker:
-    def __init__(self, index: int, logdir: Path) -> None:
-        self.index = index
-        self.stderr_path = logdir / f"worker-{index}.stderr"
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
-        env.pop("FENCEDLAKE_LOG_LEVEL", None)
-        self._stderr: IO[bytes] = open(self.stderr_path, "wb")  # noqa: SIM115 - closed in close()
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "benchmarks.group_commit", "--worker"],
-            cwd=ROOT,
-            env=env,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=self._stderr,
-            text=True,
-            bufsize=1,
-        )
-
-    def send(self, obj: Any) -> None:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write((obj if isinstance(obj, str) else json.dumps(obj)) + "\n")
-        self.proc.stdin.flush()
-
-    def receive(self) -> dict[str, Any]:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            if line.startswith(MARK):
-                reply: dict[str, Any] = json.loads(line[len(MARK) :])
-                return reply
-        tail = self.stderr_path.read_text(errors="replace")[-3000:]
-        raise BenchmarkError(f"worker {self.index} exited (code {self.proc.poll()}): {tail}")
-
-    def close(self) -> None:
-        try:
-            if self.proc.poll() is None:
-                self.send({"cmd": "exit"})
-                self.proc.wait(timeout=30)
-        except (OSError, subprocess.TimeoutExpired):
-            self.proc.kill()
-            self.proc.wait()
-        finally:
-            self._stderr.close()
+def _start_worker(index: int, logdir: Path) -> WorkerProcess:
+    """A group-commit worker process (this module with ``--worker``)."""
+    return WorkerProcess(
+        index, logdir / f"worker-{index}.stderr", ["benchmarks.group_commit", "--worker"], ROOT, exit_timeout=30
+    )
 
 
 def _create_naive_table(target: Any, table: str, retries: bool) -> Any:
@@ -246,7 +208,7 @@ def _table_ids(table_obj: Any) -> list[int]:
 
 
 def _round(
-    workers: Sequence[_Worker],
+    workers: Sequence[WorkerProcess],
     target: Any,
     table: str,
     variant: str,
@@ -437,7 +399,7 @@ def run(
         if iceberg_rest_uri and s3_endpoint:
             targets.append(("iceberg-rest", _iceberg_rest_target(iceberg_rest_uri, s3_endpoint)))
         t0 = time.perf_counter()
-        pool = [_Worker(i, Path(tmp)) for i in range(max(ns))]
+        pool = [_start_worker(i, Path(tmp)) for i in range(max(ns))]
         try:
             for w in pool:
                 w.receive()  # hello: imports done

@@ -31,9 +31,9 @@ the REST test catalog. Nothing is asserted on time: missed request budgets are
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -41,10 +41,10 @@ import uuid
 from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from benchmarks.common import BenchmarkError, SuiteResult, percentile, ratio
-from benchmarks.latency_worker import MARK
+from benchmarks.worker_process import WorkerProcess
 
 __all__ = ["BUDGET", "run"]
 
@@ -55,54 +55,26 @@ SPAN = 10**9  # ids per writer
 BUDGET = {"GET": 5.0, "PUT": 2.0, "LIST": 2.0, "CAS/commit": 2.0}
 
 
-class _Worker:
-    def __init__(self, index: int, logdir: Path, ablate: Sequence[str] = (), code: Path | None = None) -> None:
-        self.index = index
-        self.stderr_path = logdir / f"latency-worker-{index}-{os.getpid()}-{id(self)}.stderr"
-        home = _code_home(code, logdir) if code is not None else ROOT
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(home), os.environ.get("PYTHONPATH")]))}
-        env.pop("FENCEDLAKE_LOG_LEVEL", None)
-        env["FENCEDLAKE_BENCH_ABLATE"] = ",".join(ablate)
-        self._stderr: IO[bytes] = open(self.stderr_path, "wb")  # noqa: SIM115 - closed in close()
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "benchmarks.latency_worker"],
-            cwd=home,
-            env=env,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=self._stderr,
-            text=True,
-            bufsize=1,
-        )
+#: Tells apart the stderr files of pools started in one run (the same index, other code or ablations).
+_SERIAL = itertools.count()
 
-    def send(self, obj: Any) -> None:
-        if self.proc.stdin is None:
-            raise BenchmarkError("worker has no stdin")
-        self.proc.stdin.write(json.dumps(obj) + "\n")
-        self.proc.stdin.flush()
 
-    def receive(self) -> dict[str, Any]:
-        if self.proc.stdout is None:
-            raise BenchmarkError("worker has no stdout")
-        for line in self.proc.stdout:
-            if line.startswith(MARK):
-                reply: dict[str, Any] = json.loads(line[len(MARK) :])
-                if reply.get("ok") is False:
-                    raise BenchmarkError(f"worker {self.index}: {reply['error']}")
-                return reply
-        tail = self.stderr_path.read_text(errors="replace")[-3000:]
-        raise BenchmarkError(f"worker {self.index} exited (code {self.proc.poll()}): {tail}")
+def _start_worker(index: int, logdir: Path, ablate: Sequence[str] = (), code: Path | None = None) -> WorkerProcess:
+    """A latency worker process running ``code``'s checkout (this one by default)."""
+    return _LatencyWorker(
+        index,
+        logdir / f"latency-worker-{index}-{os.getpid()}-{next(_SERIAL)}.stderr",
+        ["benchmarks.latency_worker"],
+        _code_home(code, logdir) if code is not None else ROOT,
+        {"FENCEDLAKE_BENCH_ABLATE": ",".join(ablate)},
+    )
 
-    def close(self) -> None:
-        try:
-            if self.proc.poll() is None:
-                self.send({"cmd": "exit"})
-                self.proc.wait(timeout=60)
-        except (OSError, subprocess.TimeoutExpired):
-            self.proc.kill()
-            self.proc.wait()
-        finally:
-            self._stderr.close()
+
+class _LatencyWorker(WorkerProcess):
+    """A worker whose error replies raise."""
+
+    def receive(self, *, raise_on_error: bool = True) -> dict[str, Any]:
+        return super().receive(raise_on_error=raise_on_error)
 
 
 def _code_home(code: Path, scratch: Path) -> Path:
@@ -158,7 +130,7 @@ def _verify(target: Any, table: str, writes: Sequence[dict[str, Any]], seed: int
 
 
 def _round(
-    pool: Sequence[_Worker], target: Any, table: str, w: int, seconds: float, warmup: float, lat: dict[str, float]
+    pool: Sequence[WorkerProcess], target: Any, table: str, w: int, seconds: float, warmup: float, lat: dict[str, float]
 ) -> dict[str, Any]:
     """One round of ``w`` writers on a fresh table; measured, verified, summarized."""
     from pyspark_fenced_sink.testing import harness
@@ -297,10 +269,10 @@ def run(
             plan += [("sqlite", v, w) for v in (both if i % 2 == 0 else both[::-1])]
         plan += [(label, v, at) for label in targets if label != "sqlite" for v in variants if v in ("all", "before")]
         plan += [("sqlite", v, max(writers)) for v in variants if v not in ("all", "before") and "sqlite" in targets]
-        pools: dict[str, list[_Worker]] = {}
+        pools: dict[str, list[WorkerProcess]] = {}
         try:
             for v, (ablate, code) in variants.items():
-                pools[v] = [_Worker(i, Path(tmp), ablate, code) for i in range(procs)]
+                pools[v] = [_start_worker(i, Path(tmp), ablate, code) for i in range(procs)]
             for pool in pools.values():
                 for worker in pool:
                     worker.receive()

@@ -21,10 +21,9 @@ import time
 from typing import Any
 
 from benchmarks.latency_seams import Latency, Meter, install_catalog, install_store
+from benchmarks.worker_process import MARK
 
-__all__ = ["MARK", "main"]
-
-MARK = "@@"  # protocol lines on stdout start with this
+__all__ = ["main"]
 
 
 def _send(obj: Any) -> None:

@@ -100,7 +100,7 @@ def attempt_write(options: Mapping[str, str], data: pa.Table, *, tasks: int = 2)
     started, so the entry may be durable and only ``CommitOutcomeUnknownError`` may leave the
     outcome open (I1).
     """
-    from pyspark_fenced_sink.protocol.entry import encoded_path
+    from pyspark_fenced_sink.protocol.file_refs import encoded_path
     from pyspark_fenced_sink.spark.messages import written
     from pyspark_fenced_sink.testing.harness import commit, plan_options, write_tasks
 

@@ -23,7 +23,7 @@ import pytest
 from pyspark_fenced_sink.errors import FencedWriterError
 from pyspark_fenced_sink.iceberg.catalogs import load_catalog
 from pyspark_fenced_sink.options.write import parse_write_options
-from pyspark_fenced_sink.protocol.entry import encoded_path
+from pyspark_fenced_sink.protocol.file_refs import encoded_path
 from pyspark_fenced_sink.protocol.reconcile import Outcome
 from pyspark_fenced_sink.protocol.state import STATE_PROPERTY, CommittedState
 from pyspark_fenced_sink.testing.harness import (

@@ -28,7 +28,7 @@ pytestmark = pytest.mark.spark
 
 ROOT = Path(__file__).resolve().parents[1]
 #: The documents whose snippets run, in this order (a page moved out of the README joins this list).
-DOCUMENTS = [ROOT / "README.md"]
+DOCUMENTS = [ROOT / "README.md", ROOT / "docs" / "SEMANTICS.md"]
 _BLOCK = re.compile(r"```python\n(.*?)```", re.DOTALL)
 _NOT_RUN = re.compile(r"<!-- readme-test: not run \((.+?)\) -->\s*$")
 _PROMISE = re.compile(r"^\s*print\(.*\)\s+#\s*(-?\d+)\s*$")

@@ -86,7 +86,7 @@ class Walk:
     def java_name(self) -> str:
         return self.catalog.spark_name(self.table)
 
-    def write(self, ids: range, day: int, mode: str = "append", **options: str) -> None:
+    def write(self, ids: range | list[int], day: int, mode: str = "append", **options: str) -> None:
         frame(self.spark, ids, day).write.format("fencedlake").mode(mode).options(**self.options, **options).save()
 
     def pyiceberg(self) -> Any:
@@ -209,10 +209,17 @@ def _check(w: Walk, step: str, *, deep: bool = True) -> None:
     jfiles = java_files(w.spark, w.java_name)
     assert without(jfiles, "readable_metrics") == py_files(table, snapshot), f"{step}: files differ"
     summary = snapshot.summary.additional_properties
-    assert len(jfiles) == int(summary["total-data-files"]), f"{step}: files vs the summary's total-data-files"
-    assert sum(f["record_count"] for f in jfiles.values()) == int(summary["total-records"]) == len(ids)
+    data = {path: f for path, f in jfiles.items() if f["content"] == 0}
+    deletes = {path: f for path, f in jfiles.items() if f["content"] != 0}
+    assert len(data) == int(summary["total-data-files"]), f"{step}: files vs the summary's total-data-files"
+    assert len(deletes) == int(summary.get("total-delete-files", 0)), f"{step}: vs total-delete-files"
+    records = sum(f["record_count"] for f in data.values())
+    deleted = sum(f["record_count"] for f in deletes.values())
+    assert records == int(summary["total-records"]), f"{step}: records vs the summary's total-records"
+    assert deleted == int(summary.get("total-position-deletes", 0)), f"{step}: vs total-position-deletes"
+    assert records - deleted == len(ids), f"{step}: a position delete that removes no row, or one row twice"
     if deep:
-        _check_metrics(table, jfiles, step)
+        _check_metrics(table, data, step)
     if "audit" in table.metadata.refs:
         branch = table.metadata.snapshot_by_name("audit")
         got = spark_rows(w.spark.sql(f"SELECT * FROM {w.java_name} VERSION AS OF 'audit'"))
@@ -281,22 +288,28 @@ def test_icebergs_spark_reader_reads_every_table_state_fencedlake_writes(
     assert operations["replace"] >= 1 and operations["overwrite"] >= 3 and operations["append"] >= 6, operations
 
 
-#: Set to a function ``(walk) -> None`` that upserts through fencedlake (position deletes) once upserts
-#: land; the test below then checks Iceberg reads the deletes exactly as pyiceberg does.
-UPSERT_STEP: Callable[[Walk], None] | None = None
+def _upserts(w: Walk) -> None:
+    """One upsert by ``id``: 20 keys move to day 1, 5 keys are deleted, 10 keys are new (position deletes)."""
+    moved, dropped, new = range(1000, 1020), range(1030, 1035), range(2000, 2010)
+    w.write(
+        [*moved, *dropped, *new],
+        1,
+        **{"upsert-keys": "id", "upsert-delete-where": "id >= 1030 AND id < 1035"},
+    )
+    for i in dropped:
+        del w.ids[i]
+    w.ids.update(new)
 
 
 @pytest.mark.parametrize("target", CATALOGS[:1])
 def test_icebergs_spark_reader_reads_fencedlake_upsert_deletes(
     spark: Any, services: Services, tmp_path: Path, target: str
 ) -> None:
-    """HOOK for upserts (built separately): Iceberg's reader applies fencedlake's delete files like pyiceberg."""
-    if UPSERT_STEP is None:
-        pytest.skip("fencedlake upserts are not built yet: set integration/interop/test_reader.py UPSERT_STEP")
+    """Iceberg's reader applies fencedlake's upsert delete files exactly as pyiceberg does."""
     catalog = make_catalog(services, target, tmp_path)
     catalog.register(spark)
     walk = Walk(spark, catalog, f"{catalog.namespace}.events")
     _appends(walk)
-    UPSERT_STEP(walk)
+    _upserts(walk)
     _check(walk, "upsert")
     assert any(f["content"] != 0 for f in java_files(spark, walk.java_name).values()), "no delete file was written"

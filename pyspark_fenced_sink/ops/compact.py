@@ -277,7 +277,7 @@ def compact(
     dry_run: bool = False,
     **options: str,
 ) -> CompactionResult:
-    """Compact ``table``'s small data files with ``spark`` (see the README, "Compaction").
+    """Compact ``table``'s small data files with ``spark`` (see docs/SEMANTICS.md, "Compaction").
 
     Works on classic and Spark Connect sessions. Planning and the commit run in this process (like the
     CLI), so it needs the catalog and the table's storage from here; on a Connect session the embedded

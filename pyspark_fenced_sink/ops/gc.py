@@ -40,8 +40,9 @@ from pyspark_fenced_sink import failpoints
 from pyspark_fenced_sink.iceberg.codec.fileio import io_properties
 from pyspark_fenced_sink.protocol.commit import recover
 from pyspark_fenced_sink.protocol.context import CommitContext
-from pyspark_fenced_sink.protocol.entry import EntryKind, WalEntry, encoded_path
+from pyspark_fenced_sink.protocol.entry import EntryKind, WalEntry
 from pyspark_fenced_sink.protocol.fencing import new_token, put_barrier
+from pyspark_fenced_sink.protocol.file_refs import encoded_path
 from pyspark_fenced_sink.protocol.filetag import ApplyTag, FileTag, table_tag
 from pyspark_fenced_sink.protocol.layout import KEYS_PREFIX
 from pyspark_fenced_sink.protocol.state import CommittedState, decode_record

@@ -13,7 +13,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from pyspark_fenced_sink.protocol.context import CommitContext
-from pyspark_fenced_sink.protocol.entry import TOKEN_CHARS, WalEntry, encoded_path
+from pyspark_fenced_sink.protocol.entry import TOKEN_CHARS, WalEntry
+from pyspark_fenced_sink.protocol.file_refs import encoded_path
 from pyspark_fenced_sink.protocol.reconcile import Outcome, Position, position, reconcile
 from pyspark_fenced_sink.protocol.state import SUMMARY_UPSERT, decode_record
 from pyspark_fenced_sink.protocol.view import TableView

@@ -14,9 +14,8 @@ Decoding validates every field of every kind (:func:`decode_entry`, §5.4, §8.1
 
 from __future__ import annotations
 
-import json
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from dataclasses import field as attribute
 from enum import Enum
@@ -29,7 +28,6 @@ from pyspark_fenced_sink.protocol.codec import (
     field,
     is_bool,
     is_count,
-    is_partition,
     is_str,
     is_text,
     loads_versioned,
@@ -38,13 +36,11 @@ from pyspark_fenced_sink.protocol.codec import (
     str_pairs,
     text_list,
 )
+from pyspark_fenced_sink.protocol.file_refs import file_list, key_file_refs, partitions_of
 from pyspark_fenced_sink.protocol.layout import seq_of
 from pyspark_fenced_sink.protocol.upsert import UpsertSpec
 
 __all__ = [
-    "FILE_PARTITION_KEY",
-    "FILE_PATH_KEY",
-    "FILE_SPEC_KEY",
     "FORMAT_VERSION",
     "MAIN_BRANCH",
     "TOKEN_CHARS",
@@ -53,10 +49,6 @@ __all__ = [
     "WriteMode",
     "decode_entry",
     "encode_entry",
-    "encoded_partition",
-    "encoded_path",
-    "encoded_spec_id",
-    "partitions_of",
 ]
 
 
@@ -66,11 +58,6 @@ _BASE_VERSION = 2
 #: Entries of version 3: write modes, branches, properties, publish, compaction (not upserts).
 _MODES_VERSION = 3
 TOKEN_CHARS = 12  # the prefix of an owner token recorded in snapshot summaries
-#: The keys of an encoded data file that the protocol itself reads; the rest of the
-#: encoding belongs to the Iceberg adapter (``iceberg.datafiles``).
-FILE_PATH_KEY = "p"
-FILE_SPEC_KEY = "s"
-FILE_PARTITION_KEY = "pt"
 #: The branch an entry without ``branch`` writes to.
 MAIN_BRANCH = "main"
 
@@ -310,7 +297,7 @@ def decode_entry(data: bytes, key: str = "?") -> WalEntry:
             batch=field(body, "batch", "a batch id", is_count),
             strict=field(body, "strict", "true or false", is_bool, False),
             mode=WriteMode(field(body, "mode", "a write mode", is_text, WriteMode.APPEND.value)),
-            files=_files(body.get("files")),
+            files=file_list(body.get("files")),
             opened=field(body, "opened", "a WAL position", is_count, 0),
             expire_before=field(body, "expire_before", "a WAL position", is_count),
             created_ms=field(body, "created_ms", "a time in ms", is_count, 0),
@@ -326,7 +313,7 @@ def decode_entry(data: bytes, key: str = "?") -> WalEntry:
             inputs=text_list(body, "inputs"),
             folded=text_list(body, "folded"),
             upsert=None if body.get("upsert") is None else UpsertSpec.decode(body["upsert"]),
-            deletes=_key_refs(body.get("deletes")),
+            deletes=key_file_refs(body.get("deletes")),
             floor=field(body, "floor", "a WAL position", is_count),
         )
         _check_kind(entry)
@@ -398,58 +385,3 @@ def _check_kind(entry: WalEntry) -> None:
         raise ValueError("field 'batch' is missing: a streaming (strict) data entry needs its batch id")
     if mode is WriteMode.DYNAMIC and partitions_of(entry.files) != entry.partitions:
         raise ValueError("field 'parts' is not the set of partitions of the entry's files")
-
-
-def _files(value: Any) -> tuple[Mapping[str, Any], ...]:
-    """The ``files`` field: encoded DataFiles whose keys the protocol reads are valid (path, spec, partition)."""
-    if value is None:
-        return ()
-    if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
-        raise ValueError(f"'files' must be a list of encoded data files, found {json.dumps(value)[:80]}")
-    for i, f in enumerate(value):
-        field(f, FILE_PATH_KEY, "a data file path", is_text, required=True, where=f"files[{i}]")
-        field(f, FILE_SPEC_KEY, "a partition spec id", is_count, required=True, where=f"files[{i}]")
-        field(f, FILE_PARTITION_KEY, "a list of encoded partition values", is_partition, where=f"files[{i}]")
-    return tuple(value)
-
-
-def _bounds(value: Any) -> bool:
-    """Key bounds of a delete-key file: an object of field ids (decimal strings) to base64 strings."""
-    return isinstance(value, dict) and all(k.isdigit() and is_text(v) for k, v in value.items())
-
-
-def _key_refs(value: Any) -> tuple[Mapping[str, Any], ...]:
-    """The ``deletes`` field: references to an upsert's delete-key files (``iceberg.codec.key_files.describe``)."""
-    if value is None:
-        return ()
-    if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
-        raise ValueError(f"'deletes' must be a list of delete-key file references, found {json.dumps(value)[:80]}")
-    for i, f in enumerate(value):
-        where = f"deletes[{i}]"
-        field(f, FILE_PATH_KEY, "a delete-key file path", is_text, required=True, where=where)
-        field(f, "n", "a row count", is_count, where=where)
-        field(f, "z", "a size in bytes", is_count, where=where)
-        field(f, "lb", "an object of field ids to key bounds", _bounds, where=where)
-        field(f, "ub", "an object of field ids to key bounds", _bounds, where=where)
-    return tuple(value)
-
-
-def encoded_path(encoded: Mapping[str, Any]) -> str:
-    """The file path of an encoded data file (without decoding it)."""
-    return str(encoded[FILE_PATH_KEY])
-
-
-def encoded_spec_id(encoded: Mapping[str, Any]) -> int:
-    """The partition spec id of an encoded data file (without decoding it)."""
-    return int(encoded[FILE_SPEC_KEY])
-
-
-def encoded_partition(encoded: Mapping[str, Any]) -> tuple[str | None, ...]:
-    """The encoded partition values of an encoded data file (one per partition field; () unpartitioned)."""
-    return tuple(encoded.get(FILE_PARTITION_KEY) or ())
-
-
-def partitions_of(files: Iterable[Mapping[str, Any]]) -> tuple[tuple[str | None, ...], ...]:
-    """The sorted set of encoded partition tuples of ``files`` (a dynamic overwrite's partition set)."""
-    found = {encoded_partition(f) for f in files}
-    return tuple(sorted(found, key=lambda p: tuple((v is None, v or "") for v in p)))

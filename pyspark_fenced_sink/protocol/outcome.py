@@ -19,8 +19,9 @@ from typing import Any
 from pyspark_fenced_sink.errors import FencedWriterError, WriteRejectedError
 from pyspark_fenced_sink.protocol.commit import commit_entry
 from pyspark_fenced_sink.protocol.context import CommitContext, CommitResult
-from pyspark_fenced_sink.protocol.entry import EntryKind, WalEntry, WriteMode, encoded_path, partitions_of
+from pyspark_fenced_sink.protocol.entry import EntryKind, WalEntry, WriteMode
 from pyspark_fenced_sink.protocol.fencing import WriterIdentity, new_token
+from pyspark_fenced_sink.protocol.file_refs import encoded_path, partitions_of
 from pyspark_fenced_sink.protocol.reconcile import Outcome
 from pyspark_fenced_sink.protocol.upsert import UpsertSpec
 from pyspark_fenced_sink.protocol.view import TableView

@@ -14,7 +14,8 @@ from collections.abc import Mapping
 from dataclasses import replace
 
 from pyspark_fenced_sink.protocol.context import CommitContext
-from pyspark_fenced_sink.protocol.entry import EntryKind, WalEntry, encoded_path
+from pyspark_fenced_sink.protocol.entry import EntryKind, WalEntry
+from pyspark_fenced_sink.protocol.file_refs import encoded_path
 from pyspark_fenced_sink.protocol.reconcile import ReconcilePlan, reconcile
 from pyspark_fenced_sink.protocol.replace import Refusals
 from pyspark_fenced_sink.protocol.view import TableView

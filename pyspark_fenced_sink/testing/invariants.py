@@ -13,7 +13,8 @@ from typing import Any
 
 from pyspark_fenced_sink.protocol.commit import recover
 from pyspark_fenced_sink.protocol.context import CommitContext
-from pyspark_fenced_sink.protocol.entry import MAIN_BRANCH, TOKEN_CHARS, EntryKind, WalEntry, WriteMode, encoded_path
+from pyspark_fenced_sink.protocol.entry import MAIN_BRANCH, TOKEN_CHARS, EntryKind, WalEntry, WriteMode
+from pyspark_fenced_sink.protocol.file_refs import encoded_path
 from pyspark_fenced_sink.protocol.state import STATE_PROPERTY, CommitRecord, CommittedState, decode_record
 from pyspark_fenced_sink.protocol.wal import Wal
 

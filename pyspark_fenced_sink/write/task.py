@@ -20,52 +20,39 @@ No catalog code here: this module runs in Spark's Python workers.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import logging
 import secrets
 import struct
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyiceberg.io.pyarrow import (
-    StatisticsCollector,
-    compute_statistics_plan,
     data_file_statistics_from_parquet_metadata,
-    parquet_path_to_id_mapping,
-    schema_to_pyarrow,
 )
 from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
 from pyiceberg.partitioning import (
-    PartitionField,
     PartitionFieldValue,
     PartitionKey,
-    PartitionSpec,
     partition_record_value,
 )
-from pyiceberg.schema import Schema
-from pyiceberg.table import TableProperties
 from pyiceberg.table.locations import LocationProvider, load_location_provider
-from pyiceberg.transforms import TruncateTransform
 from pyiceberg.typedef import Record
-from pyiceberg.types import BinaryType, IcebergType, StructType
 
 from pyspark_fenced_sink import failpoints
 from pyspark_fenced_sink.errors import WriteRejectedError
 from pyspark_fenced_sink.iceberg.codec.datafiles import data_file_layout_version, encode_data_file
 from pyspark_fenced_sink.iceberg.codec.fileio import cached_file_io
-from pyspark_fenced_sink.iceberg.codec.partitioning import column_index
 from pyspark_fenced_sink.iceberg.codec.row_filter import filter_columns, row_violations
-from pyspark_fenced_sink.iceberg.codec.write_properties import dictionary_columns, parquet_kwargs, size_property
+from pyspark_fenced_sink.iceberg.codec.write_properties import dictionary_columns
 from pyspark_fenced_sink.masking import redact
 from pyspark_fenced_sink.protocol.filetag import FileTag
 from pyspark_fenced_sink.protocol.upsert import UpsertSpec
 from pyspark_fenced_sink.write.arrowcast import conform_batch
-from pyspark_fenced_sink.write.nan_counts import count_nans, nan_columns
+from pyspark_fenced_sink.write.layout import ResolvedKey, layout, split
+from pyspark_fenced_sink.write.nan_counts import count_nans
 from pyspark_fenced_sink.write.upsert import DeleteRows
 
 __all__ = ["BUFFER_BYTES_DEFAULT", "TaskInfo", "WriteResult", "WriteSpec", "task_info_from_spark", "write_task"]
@@ -154,128 +141,6 @@ def task_info_from_spark() -> TaskInfo:
     return TaskInfo(ctx.partitionId(), ctx.taskAttemptId(), int(raw) if raw not in (None, "") else None)
 
 
-# ------------------------------------------------------------------ layout
-
-
-@dataclass(frozen=True)
-class _Source:
-    top: str
-    nested: tuple[str, ...]
-    transform: Callable[[pa.Array], pa.Array]
-
-
-@dataclass(frozen=True)
-class _Layout:
-    schema: Schema
-    spec: PartitionSpec
-    partition_type: StructType
-    arrow_schema: pa.Schema
-    required: tuple[int, ...]
-    sources: tuple[_Source, ...]
-    stats_plan: dict[int, StatisticsCollector]
-    id_mapping: dict[str, int]
-    parquet_kwargs: dict[str, Any]
-    nan_columns: tuple[tuple[int, Callable[[pa.Table], pa.ChunkedArray]], ...]
-    row_group_rows: int
-    row_group_bytes: int
-    target_file_bytes: int
-
-
-def _source_transform(pf: PartitionField, source_type: IcebergType) -> Callable[[pa.Array], pa.Array]:
-    fn = pf.transform.pyarrow_transform(source_type)
-    if isinstance(pf.transform, TruncateTransform) and isinstance(source_type, BinaryType):
-        # pyiceberg-core truncates binary but not large_binary (the table's Arrow type).
-        return lambda arr: fn(arr.cast(pa.binary()))
-    return fn
-
-
-@functools.lru_cache(maxsize=32)
-def _layout(schema_json: str, spec_json: str, props: tuple[tuple[str, str], ...]) -> _Layout:
-    """Parse and derive everything per (schema, spec, properties), once per process."""
-    properties = dict(props)
-    schema = Schema.model_validate_json(schema_json)
-    spec = PartitionSpec.model_validate_json(spec_json)
-    index = column_index(schema)
-    sources = []
-    for pf in spec.fields:
-        path = index[pf.source_id].path
-        sources.append(_Source(path[0], path[1:], _source_transform(pf, index[pf.source_id].field.field_type)))
-    arrow_schema = schema_to_pyarrow(schema, include_field_ids=True)
-    tp = TableProperties
-    return _Layout(
-        schema=schema,
-        spec=spec,
-        partition_type=spec.partition_type(schema),
-        arrow_schema=arrow_schema,
-        required=tuple(i for i, f in enumerate(arrow_schema) if not f.nullable),
-        sources=tuple(sources),
-        stats_plan=compute_statistics_plan(schema, properties),
-        id_mapping=parquet_path_to_id_mapping(schema),
-        parquet_kwargs=parquet_kwargs(properties),
-        nan_columns=nan_columns(schema, compute_statistics_plan(schema, properties)),
-        row_group_rows=size_property(properties, tp.PARQUET_ROW_GROUP_LIMIT, tp.PARQUET_ROW_GROUP_LIMIT_DEFAULT),
-        row_group_bytes=size_property(
-            properties, tp.PARQUET_ROW_GROUP_SIZE_BYTES, tp.PARQUET_ROW_GROUP_SIZE_BYTES_DEFAULT
-        ),
-        target_file_bytes=size_property(
-            properties, tp.WRITE_TARGET_FILE_SIZE_BYTES, tp.WRITE_TARGET_FILE_SIZE_BYTES_DEFAULT
-        ),
-    )
-
-
-# ------------------------------------------------------------------ partitioning
-
-
-def _is_constant(arr: pa.Array) -> bool:
-    if pa.types.is_floating(arr.type):
-        return False  # min_max skips NaN (and equates -0.0 with 0.0): let group_by decide
-    if arr.null_count:
-        return bool(arr.null_count == len(arr))
-    try:
-        bounds = pc.min_max(arr)
-    except pa.ArrowNotImplementedError:
-        return False
-    return bool(bounds["min"].equals(bounds["max"]))
-
-
-def _split(batch: pa.RecordBatch, layout: _Layout) -> list[tuple[tuple[Any, ...], pa.RecordBatch]]:
-    """Group ``batch``'s rows by partition tuple: one group_by and one take per batch."""
-    keys = []
-    for src in layout.sources:
-        values = batch.column(src.top)
-        if src.nested:
-            values = pc.struct_field(values, list(src.nested))
-        keys.append(src.transform(values))
-    if all(_is_constant(k) for k in keys):  # the common case for time-ordered data
-        return [(tuple(k[0].as_py() for k in keys), batch)]
-    names = [f"k{i}" for i in range(len(keys))]
-    rows = pa.array(np.arange(batch.num_rows, dtype=np.int64))
-    grouped = pa.Table.from_arrays([*keys, rows], names=[*names, "i"]).group_by(names, use_threads=False)
-    groups = grouped.aggregate([("i", "list")])
-    key_tuples = list(zip(*(groups.column(n).to_pylist() for n in names), strict=True))
-    if len(key_tuples) == 1:
-        return [(key_tuples[0], batch)]
-    lists = groups.column("i_list").combine_chunks()
-    offsets = lists.offsets.to_numpy()
-    ordered = batch.take(lists.values)
-    return [(key, ordered.slice(int(offsets[g]), int(offsets[g + 1] - offsets[g]))) for g, key in enumerate(key_tuples)]
-
-
-@dataclass(frozen=True)
-class _ResolvedKey(PartitionKey):
-    """A PartitionKey whose partition record is computed per field.
-
-    pyiceberg's own ``PartitionKey.partition`` rejects two partition fields on
-    one source column (e.g. ``id, truncate(10, id)``).
-    """
-
-    record: Record = field(default_factory=Record)
-
-    @property
-    def partition(self) -> Record:
-        return self.record
-
-
 # ------------------------------------------------------------------ writing
 
 
@@ -295,7 +160,7 @@ class _Partition:
 class _TaskWriter:
     def __init__(self, spec: WriteSpec, task: TaskInfo) -> None:
         self.spec = spec
-        self.layout = _layout(spec.schema_json, spec.spec_json, tuple(sorted(spec.properties.items())))
+        self.layout = layout(spec.schema_json, spec.spec_json, tuple(sorted(spec.properties.items())))
         self.io = cached_file_io(spec.io_properties, spec.location)
         self.locations: LocationProvider = load_location_provider(spec.location, dict(spec.properties))
         batch = task.batch_id if spec.streaming and task.batch_id is not None else spec.tag.batch
@@ -325,7 +190,7 @@ class _TaskWriter:
         if not self.layout.sources:
             self._buffer((), batch)
         else:
-            for key, group in _split(batch, self.layout):
+            for key, group in split(batch, self.layout):
                 self._buffer(key, group)
         if self.buffered > self.spec.buffer_bytes:
             for part in sorted(self.parts.values(), key=lambda p: p.nbytes, reverse=True):
@@ -355,7 +220,7 @@ class _TaskWriter:
         fields = layout.spec.fields
         record = Record(*(partition_record_value(f, v, layout.schema) for f, v in zip(fields, key, strict=True)))
         values = [PartitionFieldValue(f, v) for f, v in zip(fields, key, strict=True)]
-        return _Partition(record, _ResolvedKey(values, layout.spec, layout.schema, record))
+        return _Partition(record, ResolvedKey(values, layout.spec, layout.schema, record))
 
     def _buffer(self, key: tuple[Any, ...], batch: pa.RecordBatch) -> None:
         # Floats by bit pattern: NaN must find its partition again, -0.0 must not join 0.0.

@@ -25,8 +25,9 @@ from pyspark_fenced_sink.errors import InvalidOptionsError, TableChangedError
 from pyspark_fenced_sink.iceberg.codec.fileio import cached_file_io
 from pyspark_fenced_sink.options.write import SinkOptions
 from pyspark_fenced_sink.protocol.context import CommitResult
-from pyspark_fenced_sink.protocol.entry import WriteMode, encoded_path
+from pyspark_fenced_sink.protocol.entry import WriteMode
 from pyspark_fenced_sink.protocol.fencing import WriterIdentity, open_writer, stream_epoch
+from pyspark_fenced_sink.protocol.file_refs import encoded_path
 from pyspark_fenced_sink.protocol.filetag import FileTag, table_tag
 from pyspark_fenced_sink.protocol.outcome import data_entry, finish_write
 from pyspark_fenced_sink.protocol.upsert import UpsertSpec

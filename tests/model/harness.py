@@ -52,16 +52,9 @@ from pyspark_fenced_sink.errors import (
 from pyspark_fenced_sink.ops.gc import collectable, expire_writes, truncate_wal
 from pyspark_fenced_sink.protocol.commit import recorded_token, recover
 from pyspark_fenced_sink.protocol.context import CommitContext
-from pyspark_fenced_sink.protocol.entry import (
-    MAIN_BRANCH,
-    TOKEN_CHARS,
-    EntryKind,
-    WalEntry,
-    WriteMode,
-    decode_entry,
-    encoded_path,
-)
+from pyspark_fenced_sink.protocol.entry import MAIN_BRANCH, TOKEN_CHARS, EntryKind, WalEntry, WriteMode, decode_entry
 from pyspark_fenced_sink.protocol.fencing import WriterIdentity, open_writer, stream_epoch
+from pyspark_fenced_sink.protocol.file_refs import encoded_path
 from pyspark_fenced_sink.protocol.filetag import FileTag, table_tag
 from pyspark_fenced_sink.protocol.layout import control_root, seq_of, wal_key
 from pyspark_fenced_sink.protocol.outcome import data_entry, finish_write

@@ -31,7 +31,7 @@ from pyspark_fenced_sink.spark.schema_from_iceberg import (
 )
 from pyspark_fenced_sink.spark.schema_to_iceberg import iceberg_schema_from_spark
 
-#: The writer's type table (README "Schemas"), nested to depth, every nullability.
+#: The writer's type table (docs/SEMANTICS.md, "Schemas"), nested to depth, every nullability.
 WRITER_TYPES = T.StructType(
     [
         T.StructField("bo", T.BooleanType(), False),

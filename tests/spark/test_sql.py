@@ -126,7 +126,7 @@ def test_check_data_source_names_data_source_not_found(spark: Any) -> None:
     """In a thread with no active session Spark cannot find the format: the check raises the hint instead of
     Spark's bare DATA_SOURCE_NOT_FOUND; in the session's own thread it passes (and tune_session runs it)."""
     check_data_source(spark)
-    assert isinstance(tune_session(spark), dict)
+    assert isinstance(tune_session(spark.newSession()), dict)  # a new session: the run shares `spark` untuned
     caught: list[BaseException] = []
 
     def probe() -> None:

@@ -38,7 +38,7 @@ from pyspark_fenced_sink.iceberg.codec.fileio import cached_file_io
 from pyspark_fenced_sink.iceberg.codec.partitioning import parse_partition_by
 from pyspark_fenced_sink.protocol.filetag import FileTag
 from pyspark_fenced_sink.spark.schema_to_iceberg import iceberg_schema_from_spark
-from pyspark_fenced_sink.write import task as executor
+from pyspark_fenced_sink.write import layout as write_layout
 from pyspark_fenced_sink.write.task import TaskInfo, WriteResult, WriteSpec, task_info_from_spark, write_task
 
 NY = "America/New_York"
@@ -641,10 +641,10 @@ def test_buffer_limit_flushes_the_largest_partitions_first(tmp_path: Path) -> No
 def test_layout_is_parsed_once_per_process(tmp_path: Path) -> None:
     """Schema/spec JSON is parsed once and cached across tasks."""
     ws = make_spec(tmp_path, partition_by="day(ts)", properties={"x.unique": str(tmp_path)})
-    before = executor._layout.cache_info()
+    before = write_layout.layout.cache_info()
     for task in range(3):
         write_task(ws, iter([spark_batch(task * 10, 10)]), TaskInfo(task, task, None))
-    after = executor._layout.cache_info()
+    after = write_layout.layout.cache_info()
     assert after.misses - before.misses == 1
     assert after.hits - before.hits == 2
 

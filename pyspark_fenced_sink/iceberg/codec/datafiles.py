@@ -21,7 +21,7 @@ from pyiceberg.typedef import Record, TableVersion
 from pyiceberg.types import DoubleType, FloatType, IntegerType, LongType, PrimitiveType, StructType
 
 from pyspark_fenced_sink.errors import CorruptControlDataError
-from pyspark_fenced_sink.protocol.entry import FILE_PARTITION_KEY, FILE_PATH_KEY, FILE_SPEC_KEY
+from pyspark_fenced_sink.protocol.file_refs import FILE_PARTITION_KEY, FILE_PATH_KEY, FILE_SPEC_KEY
 
 __all__ = [
     "CODEC_VERSION",

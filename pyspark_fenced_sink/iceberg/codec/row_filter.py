@@ -91,15 +91,8 @@ def _timestamp_text(text: str, with_zone: bool) -> str:
     return clock + zone
 
 
-class _Normalize(BooleanExpressionVisitor[BooleanExpression]):
-    """Rewrites timestamp literals of an unbound expression into the ISO form pyiceberg binds.
-
-    ``respell``: also name each column as the table does (a scan binds case-sensitively).
-    """
-
-    def __init__(self, schema: Schema, respell: bool = False) -> None:
-        self.schema = schema
-        self.respell = respell
+class _Rebuild(BooleanExpressionVisitor[BooleanExpression]):
+    """Rebuilds an unbound expression's connectives as they are; subclasses rewrite its predicates."""
 
     def visit_true(self) -> BooleanExpression:
         return AlwaysTrue()
@@ -115,6 +108,17 @@ class _Normalize(BooleanExpressionVisitor[BooleanExpression]):
 
     def visit_or(self, left_result: BooleanExpression, right_result: BooleanExpression) -> BooleanExpression:
         return Or(left_result, right_result)
+
+
+class _Normalize(_Rebuild):
+    """Rewrites timestamp literals of an unbound expression into the ISO form pyiceberg binds.
+
+    ``respell``: also name each column as the table does (a scan binds case-sensitively).
+    """
+
+    def __init__(self, schema: Schema, respell: bool = False) -> None:
+        self.schema = schema
+        self.respell = respell
 
     def _fix(self, field_type: IcebergType | None, lit: Literal[Any]) -> Literal[Any]:
         if isinstance(lit, StringLiteral) and isinstance(field_type, TimestampType | TimestamptzType):
@@ -216,7 +220,7 @@ def _complement(text: str, schema_json: str) -> object:
     return _expression_to_complementary_pyarrow(bind_row_filter(text, schema), schema)
 
 
-class _Rename(BooleanExpressionVisitor[BooleanExpression]):
+class _Rename(_Rebuild):
     """Renames the columns of an unbound expression (``names``: as written -> as the schema has them now).
 
     With ``names`` None it only collects the column names as written, into :attr:`seen`.
@@ -225,21 +229,6 @@ class _Rename(BooleanExpressionVisitor[BooleanExpression]):
     def __init__(self, names: Mapping[str, str] | None) -> None:
         self.names = names
         self.seen: set[str] = set()
-
-    def visit_true(self) -> BooleanExpression:
-        return AlwaysTrue()
-
-    def visit_false(self) -> BooleanExpression:
-        return AlwaysFalse()
-
-    def visit_not(self, child_result: BooleanExpression) -> BooleanExpression:
-        return Not(child_result)
-
-    def visit_and(self, left_result: BooleanExpression, right_result: BooleanExpression) -> BooleanExpression:
-        return And(left_result, right_result)
-
-    def visit_or(self, left_result: BooleanExpression, right_result: BooleanExpression) -> BooleanExpression:
-        return Or(left_result, right_result)
 
     def visit_unbound_predicate(self, predicate: UnboundPredicate) -> BooleanExpression:
         name = str(getattr(predicate.term, "name", ""))

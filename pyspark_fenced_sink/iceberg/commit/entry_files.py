@@ -35,7 +35,8 @@ from pyspark_fenced_sink.errors import CorruptControlDataError
 from pyspark_fenced_sink.iceberg.codec.datafiles import decode_data_file, encode_partition, normalized_partition
 from pyspark_fenced_sink.iceberg.codec.row_filter import apply_matcher
 from pyspark_fenced_sink.iceberg.commit.branches import live_data_files
-from pyspark_fenced_sink.protocol.entry import WalEntry, WriteMode, encoded_path, encoded_spec_id
+from pyspark_fenced_sink.protocol.entry import WalEntry, WriteMode
+from pyspark_fenced_sink.protocol.file_refs import encoded_path, encoded_spec_id
 from pyspark_fenced_sink.protocol.reconcile import ReconcilePlan
 from pyspark_fenced_sink.protocol.replace import EntryRefused, LiveFile, removals
 

@@ -60,7 +60,8 @@ from pyspark_fenced_sink.iceberg.commit.key_index import (
 )
 from pyspark_fenced_sink.iceberg.commit.row_delta import RowDelta, named_data_file, write_position_deletes
 from pyspark_fenced_sink.iceberg.commit.tombstones import merge_tombstones
-from pyspark_fenced_sink.protocol.entry import MAIN_BRANCH, WalEntry, WriteMode, encoded_spec_id
+from pyspark_fenced_sink.protocol.entry import MAIN_BRANCH, WalEntry, WriteMode
+from pyspark_fenced_sink.protocol.file_refs import encoded_spec_id
 from pyspark_fenced_sink.protocol.filetag import ApplyTag, table_tag
 from pyspark_fenced_sink.protocol.reconcile import Outcome, remembered
 from pyspark_fenced_sink.protocol.replace import EntryRefused
