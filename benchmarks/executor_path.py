@@ -68,13 +68,13 @@ def _no_nans(p: Any) -> Any:
     Only a baseline to measure against: its layout (parsed once per schema, spec and properties) is built
     here with ``write.nan_counts`` finding no float column; a marker property keeps it apart from ``p``'s.
     """
-    from pyspark_fenced_sink.write import task as executor
+    from pyspark_fenced_sink.write import layout as executor
 
     spec = dataclasses.replace(p.spec, properties={**p.spec.properties, "fencedlake.bench.nan-counts": "off"})
     counted = executor.nan_columns
     executor.nan_columns = lambda schema, plan: ()  # type: ignore[assignment]
     try:
-        executor._layout(spec.schema_json, spec.spec_json, tuple(sorted(spec.properties.items())))
+        executor.layout(spec.schema_json, spec.spec_json, tuple(sorted(spec.properties.items())))
     finally:
         executor.nan_columns = counted
     return dataclasses.replace(p, spec=spec)

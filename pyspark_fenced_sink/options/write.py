@@ -115,7 +115,7 @@ class SinkOptions:
         writer_id: Stable writer identity, or None (batch: anonymous writer).
         batch_id: ``writer.batch-id`` (idempotent batch re-runs), or None.
         commit_max_wait_ms: How long a commit waits for its outcome before "outcome unknown".
-        commit_max_group_size: At most this many WAL entries per catalog commit.
+        commit_max_group_size: At most this many WAL entries applied per catalog commit (PROTOCOL.md §5).
         failpoints: Test fail points (``test.failpoints``).
         overwrite_mode: ``overwrite-mode`` as given (None: not given, i.e. ``static``).
         replace_where: The ``replace-where`` row filter, if any.

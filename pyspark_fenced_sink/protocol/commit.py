@@ -26,14 +26,14 @@ from pyspark_fenced_sink.errors import (
 )
 from pyspark_fenced_sink.protocol.context import CommitConflict, CommitContext, CommitResult, CommitUnknown
 from pyspark_fenced_sink.protocol.entry import TOKEN_CHARS, EntryKind, WalEntry
-from pyspark_fenced_sink.protocol.file_refs import encoded_path
+from pyspark_fenced_sink.protocol.pending import read_and_plan
 from pyspark_fenced_sink.protocol.progress import Progress, backoff, finish, reload, unknown_error
-from pyspark_fenced_sink.protocol.reconcile import Outcome, Position, ReconcilePlan, position, reconcile
+from pyspark_fenced_sink.protocol.reconcile import Outcome, Position, ReconcilePlan, position
 from pyspark_fenced_sink.protocol.replace import EntryRefused, Refusals
 from pyspark_fenced_sink.protocol.state import CommitRecord, CommittedState
 from pyspark_fenced_sink.protocol.view import TableView
 from pyspark_fenced_sink.protocol.waiting import Waiting
-from pyspark_fenced_sink.protocol.wal import Claimed, holes
+from pyspark_fenced_sink.protocol.wal import Claimed
 
 __all__ = ["commit_entry", "recorded_token", "recover"]
 
@@ -83,48 +83,11 @@ def commit_entry(ctx: CommitContext, entry: WalEntry, *, view: TableView | None 
         ) from e
 
 
-def _read_pending(
-    ctx: CommitContext, upper: int, cache: dict[int, WalEntry], listed: list[int] | None = None
-) -> dict[int, WalEntry]:
-    """Entries from ``upper`` to the listed tail, reading in parallel only those not in ``cache``.
-
-    ``listed`` is a LIST from ``upper`` just made (None: list now). WAL objects are immutable while
-    at or above the upper, so ``cache`` stays valid across attempts.
-    """
-    for s in [s for s in cache if s < upper]:
-        del cache[s]
-    seqs = (ctx.wal.scan(upper) if listed is None else listed)[: ctx.max_group + 1]
-    unread = [s for s in seqs if s not in cache]
-    for s, found in zip(unread, ctx.wal.read_many(unread), strict=True):
-        if found is not None:
-            cache[s] = found
-    pending: dict[int, WalEntry] = {}
-    for s in seqs:
-        entry = cache.get(s)
-        if entry is None:  # listed, then gone (reconciled and truncated meanwhile)
-            break
-        pending[s] = entry
-    return pending
-
-
 def recorded_token(ctx: CommitContext, view: TableView, seq: int) -> str | None:
     """The token prefix the commit record of ``seq`` holds at ``view`` (None: no record remains)."""
     record = ctx.port.find_record(view, seq)
     found = record.find(seq) if record is not None else None
     return None if found is None else found[0]
-
-
-def _missing_files(ctx: CommitContext, pending: Mapping[int, WalEntry]) -> set[int]:
-    """Positions of data entries pending longer than ``verify_files_after_s`` whose files are gone.
-
-    One existence check per file, only for such old entries: a fresh entry's
-    files were written moments ago (PROTOCOL.md §8, external orphan removal).
-    """
-    if ctx.file_exists is None:
-        return set()
-    cutoff_ms = (ctx.wall() - ctx.verify_files_after_s) * 1000
-    old = {s: e for s, e in pending.items() if e.kind is EntryKind.DATA and e.files and e.created_ms < cutoff_ms}
-    return {s for s, e in old.items() if not all(ctx.file_exists(encoded_path(f)) for f in e.files)}
 
 
 def _drive(ctx: CommitContext, claimed: Claimed, view: TableView, progress: Progress) -> CommitResult:
@@ -191,7 +154,7 @@ def _drive(ctx: CommitContext, claimed: Claimed, view: TableView, progress: Prog
             continue
         if not waiting.listed(listed):  # an entry lies before ours: its writer commits first
             continue
-        pending = _read_pending(ctx, view.state.upper, cache, listed)
+        pending, plan = read_and_plan(ctx, view, cache, listed, refusals)
         held = pending.get(seq)
         if held is not None and held.token != entry.token:
             # Our put was answered "exists" by an object that vanished before we could read it (a vanished
@@ -201,7 +164,6 @@ def _drive(ctx: CommitContext, claimed: Claimed, view: TableView, progress: Prog
             cache, waiting = _own(claimed), _waiting(ctx, claimed, view)
             progress.waiting = waiting
             continue
-        plan = _plan(ctx, view, pending, refusals)
         mine = plan.decision_for(seq)
         # A data entry decided without applying anything up to it, from the committed state alone, with
         # nothing pending after it: the outcome is final at this version, so no commit is needed. A
@@ -284,19 +246,6 @@ def _waiting(ctx: CommitContext, claimed: Claimed, view: TableView) -> Waiting:
         deadline_s=ctx.max_wait_s,
         cadence=view.cadence,
         pace=view.pace,
-    )
-
-
-def _plan(ctx: CommitContext, view: TableView, pending: Mapping[int, WalEntry], refusals: Refusals) -> ReconcilePlan:
-    """Reconcile ``pending`` on ``view`` with the facts outside the state: spec, missing files, refusals."""
-    return reconcile(
-        view.state,
-        pending,
-        max_group=ctx.max_group,
-        spec_id=view.spec_id,
-        missing=_missing_files(ctx, pending),
-        refused=refusals.at(view.version),
-        voids=holes(pending, view.state.upper),
     )
 
 
@@ -384,8 +333,7 @@ def recover(ctx: CommitContext, *, through: int | None = None) -> list[CommitRec
             return records
         listed = ctx.wal.scan(view.state.upper)
         listed = [s for s in listed if s <= through] if through is not None else listed
-        pending = _read_pending(ctx, view.state.upper, cache, listed)
-        plan = _plan(ctx, view, pending, refusals)
+        pending, plan = read_and_plan(ctx, view, cache, listed, refusals)
         if not plan.decisions:
             return records
         view, landed = _commit_plan(ctx, view, plan, pending, nobody, progress, refusals)

@@ -40,7 +40,8 @@ __all__ = [
     "transition",
 ]
 
-#: At most this many WAL positions are reconciled by one catalog commit (option ``commit.max-group-size``).
+#: At most this many entries are applied by one catalog commit (option ``commit.max-group-size``); decisions
+#: that add nothing to the commit (holes, skips, marks, barriers, rejected entries) are not counted.
 MAX_GROUP_DEFAULT = 1000
 
 
@@ -276,7 +277,8 @@ def reconcile(
     positions whose data files were found missing (MISSING_FILES); ``refused``
     the positions the catalog side refused to apply on this version, and why
     (REFUSED); ``voids`` the missing positions that are holes (``wal.holes``): each
-    is decided VOID, the others stop the plan.
+    is decided VOID, the others stop the plan. ``max_group`` bounds the entries the
+    plan applies; the plan stops before the first applied entry past it.
     """
     refused = refused or {}
     writers = dict(state.writers)
@@ -287,23 +289,21 @@ def reconcile(
     head: WalEntry | None = None
     seq = state.upper
     stop = "tail"
-    voided = 0
     while True:
         entry = entries.get(seq)
         later = entry is None and any(s > seq for s in entries)
         if entry is None and not (later and seq in voids):
             stop = "gap" if later else "tail"
             break
-        if entry is not None and len(decisions) - voided >= max_group:  # holes cost nothing: not counted
-            stop = "limit"
-            break
         if entry is None:  # a hole an entry above declares: void it and go on
-            voided += 1
             decisions.append(Decision(seq, "", "", Outcome.VOID, "a hole: no entry was put here before the commit"))
             seq += 1
             continue
         outcome, detail = _decide(seq, entry, writers, expired_before, spec_id, missing, refused)
         applies = outcome is Outcome.APPLIED and entry.kind in (EntryKind.DATA, EntryKind.PUBLISH)
+        if applies and len(apply) >= max_group:  # only what the commit adds counts (PROTOCOL.md §5)
+            stop = "limit"
+            break
         if applies and head is not None and not _joins(head, entry):
             stop = "next-commit"
             break

@@ -5,7 +5,8 @@ deterministic scenario over the in-memory store and catalog with an injected
 clock: a waiting writer reads no WAL entry; a head candidate lists before it
 commits; a dead head is helped after the patience; a claim whose "exists"
 answer vanished is never taken as ours; barriers seal the holes below them and
-are committed before use when something lies above them.
+are committed before use when something lies above them; a committer with a
+small group limit passes a run of skips in one commit.
 """
 
 from __future__ import annotations
@@ -20,9 +21,10 @@ from pyspark_fenced_sink.protocol.entry import EntryKind, WalEntry, decode_entry
 from pyspark_fenced_sink.protocol.fencing import new_token, open_writer, put_barrier
 from pyspark_fenced_sink.protocol.layout import seq_of, wal_key
 from pyspark_fenced_sink.protocol.outcome import data_entry
+from pyspark_fenced_sink.protocol.pending import PLAN_READS_MAX
 from pyspark_fenced_sink.protocol.progress import Progress
 from pyspark_fenced_sink.protocol.reconcile import Outcome
-from pyspark_fenced_sink.protocol.wal import Claimed, Wal
+from pyspark_fenced_sink.protocol.wal import SEAL_REASON, SEAL_WRITER, Claimed, Wal
 from pyspark_fenced_sink.store.base import CountingStore
 from pyspark_fenced_sink.store.memory import MemoryStore
 from tests.model.memory_port import MemoryTable, MemoryTablePort
@@ -190,3 +192,52 @@ def test_barrier_with_an_entry_above_it_is_committed_before_use() -> None:
     assert seq == 0
     assert [pair for _, r in table.records for pair in r.outcomes] == [(barrier.token[:12], "B")]
     assert table.state.writers["w"].epoch == 0 and table.state.upper == 1  # the entry above still waits
+
+
+def test_small_group_limit_passes_a_run_of_skips_in_one_commit() -> None:
+    """Forty seal skips lie before our entry; our group limit is 2. Skips add nothing to a commit, so they do
+    not count toward the limit and the plan reads on past them: one catalog commit reconciles all of them and
+    applies our entry (counted, two positions per commit took 21 commits while peers' waits ran out: I5)."""
+    shared, clock = MemoryStore(), Clock()
+    table = _table(shared)
+    for seq in range(1, 41):
+        skip = WalEntry(kind=EntryKind.SKIP, token=new_token(), writer=SEAL_WRITER, reason=SEAL_REASON)
+        shared.objects[wal_key(seq)] = encode_entry(skip)
+    ctx = _ctx(table, shared, clock, max_group=2)
+    result = commit_entry(ctx, _entry(ctx, "mine"))
+    assert (result.outcome, result.seq, result.catalog_commits) == (Outcome.APPLIED, 41, 1)
+    outcomes = [code for _, code in table.records[-1][1].outcomes]
+    assert outcomes == ["K"] * 40 + ["A"] and table.state.upper == 42
+    assert _files(table) == ["data/mine.parquet"]
+
+
+def test_group_limit_still_bounds_the_entries_a_commit_applies() -> None:
+    """Skips before three data entries, limit 2: the first commit passes the skips and applies two entries,
+    the next applies the third."""
+    shared = MemoryStore()
+    table = _table(shared)
+    ctx = _ctx(table, shared, Clock(), max_group=2)
+    for seq in range(1, 6):
+        skip = WalEntry(kind=EntryKind.SKIP, token=new_token(), writer=SEAL_WRITER, reason=SEAL_REASON)
+        shared.objects[wal_key(seq)] = encode_entry(skip)
+    for seq, name in enumerate(("a", "b", "c"), start=6):
+        shared.objects[wal_key(seq)] = encode_entry(_entry(ctx, name))
+    records = recover(ctx)
+    assert [[code for _, code in r.outcomes] for r in records] == [["K"] * 5 + ["A", "A"], ["A"]]
+    assert _files(table) == ["data/a.parquet", "data/b.parquet", "data/c.parquet"]
+
+
+def test_a_plan_reads_at_most_plan_reads_max_positions() -> None:
+    """A run of skips longer than a plan reads: the first commit stops at the read bound ("limit", not the
+    tail: entries behind it wait for the next commit), the next one passes the rest and applies the entry."""
+    shared = MemoryStore()
+    table = _table(shared)
+    ctx = _ctx(table, shared, Clock(), max_group=2)
+    run = PLAN_READS_MAX + 10
+    for seq in range(1, run + 1):
+        skip = WalEntry(kind=EntryKind.SKIP, token=new_token(), writer=SEAL_WRITER, reason=SEAL_REASON)
+        shared.objects[wal_key(seq)] = encode_entry(skip)
+    shared.objects[wal_key(run + 1)] = encode_entry(_entry(ctx, "last"))
+    records = recover(ctx)
+    assert [len(r.outcomes) for r in records] == [PLAN_READS_MAX, 11]
+    assert records[-1].outcomes[-1][1] == "A" and table.state.upper == run + 2

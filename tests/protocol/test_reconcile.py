@@ -347,10 +347,17 @@ def test_max_group_bounds_a_plan(count: int, max_group: int, expected: Any) -> N
     assert shape(reconcile(CommittedState(), entries, max_group=max_group)) == expected
 
 
-def test_max_group_counts_non_applied_entries_too() -> None:
-    """Barriers and rejected entries take a slot in the group like applied ones."""
-    entries = {0: fence("f0"), 1: fence("f1"), 2: anon("a")}
-    assert shape(reconcile(CommittedState(), entries, max_group=2)) == ([(0, "B"), (1, "B")], (), False, "limit", 2)
+def test_max_group_counts_only_the_entries_a_commit_applies() -> None:
+    """Barriers, skips and rejected entries add nothing to the commit: they take no slot in the group
+    (PROTOCOL.md §5), so a small limit never makes a run of them take one commit per few positions."""
+    entries = {0: fence("f0"), 1: fence("f1"), 2: anon("a"), 3: skip("k"), 4: anon("b"), 5: anon("c")}
+    assert shape(reconcile(CommittedState(), entries, max_group=2)) == (
+        [(0, "B"), (1, "B"), (2, "A"), (3, "K"), (4, "A")],
+        (2, 4),
+        False,
+        "limit",
+        5,
+    )
 
 
 # ---------------------------------------------------------------------------------------------- overwrite
