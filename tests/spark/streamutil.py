@@ -33,7 +33,7 @@ SCHEMA_DDL = "id long, k string"
 
 _last_mtime_ns = 0
 
-__all__ = ["SCHEMA_DDL", "input_ids", "main", "start_query", "write_input"]
+__all__ = ["SCHEMA_DDL", "input_ids", "main", "start_query", "watch_query", "write_input"]
 
 
 def write_input(input_dir: str | Path, name: str, ids: Sequence[int], key: str = "k") -> Path:
@@ -113,6 +113,27 @@ def start_query(
     return writer.start(table)
 
 
+def watch_query(query: Any, until_file: str, timeout: float) -> Any:
+    """Let ``query`` run until it ends, ``until_file`` exists (if given) or ``timeout`` s pass; then stop it.
+
+    Returns:
+        The query's exception (Spark's ``StreamingQueryException``), or None if it did not fail.
+    """
+    deadline = time.monotonic() + timeout
+    while query.isActive and time.monotonic() < deadline:
+        if until_file and os.path.exists(until_file):
+            query.stop()
+            break
+        try:
+            query.awaitTermination(0.2)
+        except Exception:  # noqa: BLE001 - a failed query raises here; query.exception() reports it
+            break
+    error = query.exception()
+    if query.isActive:
+        query.stop()
+    return error
+
+
 def _parse(argv: Sequence[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m tests.spark.streamutil", description="Run one streaming query.")
     p.add_argument("--input", default="", help="JSON input directory (unless --source)")
@@ -147,18 +168,7 @@ def main(argv: Sequence[str]) -> int:
         source=args.source,
     )
     print(json.dumps({"started": True, "run": str(query.runId), "query": str(query.id)}), flush=True)
-    deadline = time.monotonic() + args.timeout
-    while query.isActive and time.monotonic() < deadline:
-        if args.until_file and os.path.exists(args.until_file):
-            query.stop()
-            break
-        try:
-            query.awaitTermination(0.2)
-        except Exception:  # noqa: BLE001 - a failed query raises here; query.exception() below reports it
-            break
-    error = query.exception()
-    if query.isActive:
-        query.stop()
+    error = watch_query(query, args.until_file, args.timeout)
     if error is not None:
         text = error_text(error)
         kind = next(

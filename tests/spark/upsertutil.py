@@ -94,6 +94,7 @@ def main(argv: Sequence[str]) -> int:
     p.add_argument("--timeout", type=float, default=300.0)
     args = p.parse_args(list(argv))
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    from tests.spark.streamutil import watch_query
     from tests.spark.support import error_text, start_spark
 
     spark = start_spark("fencedlake-upsertutil")
@@ -108,18 +109,7 @@ def main(argv: Sequence[str]) -> int:
         failpoints=args.failpoints,
     )
     print(json.dumps({"started": True, "run": str(query.runId)}), flush=True)
-    deadline = time.monotonic() + args.timeout
-    while query.isActive and time.monotonic() < deadline:
-        if args.until_file and os.path.exists(args.until_file):
-            query.stop()
-            break
-        try:
-            query.awaitTermination(0.2)
-        except Exception:  # noqa: BLE001 - reported below through query.exception()
-            break
-    error = query.exception()
-    if query.isActive:
-        query.stop()
+    error = watch_query(query, args.until_file, args.timeout)
     if error is not None:
         print(json.dumps({"ok": False, "message": error_text(error)[-4000:]}), flush=True)
         return 3
