@@ -44,13 +44,13 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import BenchmarkError, SuiteResult, percentile, ratio
+from benchmarks.latency_worker import SPAN
 from benchmarks.worker_process import WorkerProcess
 
 __all__ = ["BUDGET", "run"]
 
 ROOT = Path(__file__).resolve().parents[1]
 ROWS = 5
-SPAN = 10**9  # ids per writer
 #: Requests per landed write the issue allows, independent of W (control data), and CAS per catalog commit.
 BUDGET = {"GET": 5.0, "PUT": 2.0, "LIST": 2.0, "CAS/commit": 2.0}
 
@@ -108,7 +108,8 @@ def _commits(target: Any, table: str, seed_snapshot: int) -> list[dict[str, Any]
         if after:
             record = decode_record(snapshot.summary.additional_properties if snapshot.summary else {})
             if record is not None:
-                out.append({"t": snapshot.timestamp_ms / 1000, **{k: int(v) for k, v in record.metrics.items()}})
+                numbers = {k: int(v) for k, v in record.metrics.items() if str(v).lstrip("-").isdigit()}
+                out.append({"t": snapshot.timestamp_ms / 1000, **numbers})
         after = after or snapshot.snapshot_id == seed_snapshot
     return out
 
@@ -130,9 +131,20 @@ def _verify(target: Any, table: str, writes: Sequence[dict[str, Any]], seed: int
 
 
 def _round(
-    pool: Sequence[WorkerProcess], target: Any, table: str, w: int, seconds: float, warmup: float, lat: dict[str, float]
+    pool: Sequence[WorkerProcess],
+    target: Any,
+    table: str,
+    w: int,
+    seconds: float,
+    warmup: float,
+    lat: dict[str, float],
+    shape: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """One round of ``w`` writers on a fresh table; measured, verified, summarized."""
+    """One round of ``w`` writers on a fresh table; measured, verified, summarized.
+
+    ``shape``: ``{"shape": "spark", "task_s": ...}`` for idempotent jobs (``latency_worker``), else long-lived
+    anonymous writers.
+    """
     from pyspark_fenced_sink.testing import harness
 
     seed = 10**15
@@ -141,7 +153,8 @@ def _round(
     busy_pool = pool[: min(len(pool), w)]
     for i, worker in enumerate(busy_pool):
         bases = [j * SPAN for j in range(i, w, len(busy_pool))]
-        worker.send({"cmd": "run", "target": target, "table": table, "rows": ROWS, "bases": bases, **lat})
+        cmd = {"cmd": "run", "target": target, "table": table, "rows": ROWS, "bases": bases, **lat, **(shape or {})}
+        worker.send(cmd)
     for worker in busy_pool:
         worker.receive()  # ready
     start = time.time() + 0.5
@@ -192,6 +205,7 @@ def _round(
         "by_peer": ratio(sum(1 for x in landed if x.get("by_peer")), len(landed)),
         "waits_per_write": ratio(sum(x.get("waits", 0) for x in landed), len(landed)),
         "helpers": sum(1 for x in landed if x.get("helper")),
+        "waited_for": dict(Counter(x.get("waited_for") or "none" for x in landed)),
         "cas_outcomes": {
             "landed": sum(x.get("catalog_commits", 0) for x in writes),
             "conflicts": sum(x.get("conflicts", 0) for x in writes),
@@ -240,6 +254,8 @@ def run(
     baseline_code: str | None = None,
     catalogs: Sequence[str] | None = None,
     workdir: str | None = None,
+    shapes: Sequence[str] = ("long",),
+    task_ms: float = 200.0,
     log: Callable[[str], None] = print,
 ) -> SuiteResult:
     """One round per W (and per other catalog at ``other_catalogs_at``); see the module docstring.
@@ -247,12 +263,16 @@ def run(
     ``ablations``: more variants, each with some mechanisms of the commit path turned off
     (``latency_worker.ABLATIONS``), measured at the largest W. ``baseline_code``: a checkout of
     an earlier version whose package the ``before`` variant's workers import, measured at every
-    W interleaved with this version's rounds (so both see the same machine).
+    W interleaved with this version's rounds (so both see the same machine). ``shapes``: ``long``
+    (long-lived anonymous writers) and/or ``spark`` (an idempotent job per write: a barrier at open,
+    ``task_ms`` of executor time — four times that on every other writer — then the commit), each at
+    every W on SQLite.
     """
     result = SuiteResult("latency", "The commit path at cloud latency: W concurrent writers (issue 26)")
     lat = {"store_s": store_ms / 1000, "table_s": table_ms / 1000, "cas_s": cas_ms / 1000, "jitter": jitter}
     params = {"writers": list(writers), "seconds": seconds, "warmup": warmup, "procs": procs, **lat, "rows": ROWS}
     params.update(ablations=[list(a) for a in ablations], baseline_code=bool(baseline_code))
+    params.update(shapes=list(shapes), task_ms=task_ms)
     result.data["params"] = params
     rounds: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="fencedlake-bench-latency-", dir=_scratch(workdir)) as tmp:
@@ -263,12 +283,18 @@ def run(
         if baseline_code:
             variants["before"] = ((), Path(baseline_code))
         variants.update({"-".join(a): (tuple(a), None) for a in ablations})
-        plan: list[tuple[str, str, int]] = []
-        for i, w in enumerate(writers if "sqlite" in targets else ()):
-            both = [v for v in ("all", "before") if v in variants]
-            plan += [("sqlite", v, w) for v in (both if i % 2 == 0 else both[::-1])]
-        plan += [(label, v, at) for label in targets if label != "sqlite" for v in variants if v in ("all", "before")]
-        plan += [("sqlite", v, max(writers)) for v in variants if v not in ("all", "before") and "sqlite" in targets]
+        plan: list[tuple[str, str, int, str]] = []
+        first = shapes[0]
+        for shape in shapes:
+            for i, w in enumerate(writers if "sqlite" in targets else ()):
+                both = [v for v in ("all", "before") if v in variants]
+                plan += [("sqlite", v, w, shape) for v in (both if i % 2 == 0 else both[::-1])]
+        plan += [
+            (label, v, at, first) for label in targets if label != "sqlite" for v in variants if v in ("all", "before")
+        ]
+        plan += [
+            ("sqlite", v, max(writers), first) for v in variants if v not in ("all", "before") and "sqlite" in targets
+        ]
         pools: dict[str, list[WorkerProcess]] = {}
         try:
             for v, (ablate, code) in variants.items():
@@ -276,12 +302,13 @@ def run(
             for pool in pools.values():
                 for worker in pool:
                     worker.receive()
-            for label, v, w in plan:
+            for label, v, w, shape in plan:
                 table = f"bench_{uuid.uuid4().hex[:8]}.lat_w{w}"
-                r = _round(pools[v], targets[label], table, w, seconds, warmup, lat)
-                r["catalog"], r["variant"] = label, v
+                how = {"shape": shape, "task_s": task_ms / 1000} if shape == "spark" else None
+                r = _round(pools[v], targets[label], table, w, seconds, warmup, lat, how)
+                r["catalog"], r["variant"], r["shape"] = label, v, shape
                 rounds.append(r)
-                log(f"  {label} {v} W={w}: {_summary(r)}")
+                log(f"  {label} {v} {shape} W={w}: {_summary(r)}")
         finally:
             for pool in pools.values():
                 for worker in pool:
@@ -299,7 +326,7 @@ def _summary(r: dict[str, Any]) -> str:
         f"CAS/commit {r['cas_per_commit']:.2f}, per write {_fmt_counts(r['per_write'])}, "
         f"CPU {r['cpu_ms_per_write']:.0f} ms/write, busy {r['machine_busy']:.0%}, "
         f"wall LIST {wall.get('LIST', float('nan')):.0f} ms PUT {wall.get('PUT', float('nan')):.0f} ms, "
-        f"{r['exact_detail']}"
+        f"helpers {r['helpers']}, waited for {r['waited_for']}, {r['exact_detail']}"
     )
 
 
@@ -311,6 +338,7 @@ def _fmt_counts(per_write: dict[str, float]) -> str:
 COLUMNS = [
     "catalog",
     "variant",
+    "shape",
     "W",
     "writes/s",
     "vs first W",
@@ -327,6 +355,8 @@ COLUMNS = [
     "CPU ms/write",
     "machine busy",
     "by peer",
+    "helpers",
+    "waited for",
     "errors",
     "exactly once",
 ]
@@ -334,19 +364,22 @@ COLUMNS = [
 
 def _report(result: SuiteResult, rounds: list[dict[str, Any]]) -> None:
     result.columns = COLUMNS
-    firsts: dict[str, float] = {}
-    for r in rounds:  # each variant's smallest W on SQLite (the rounds run W ascending)
+    firsts: dict[tuple[str, str], float] = {}
+    for r in rounds:  # each variant's (and shape's) smallest W on SQLite (the rounds run W ascending)
         if r["catalog"] == "sqlite":
-            firsts.setdefault(r.get("variant", "all"), r["writes_per_s"])
+            firsts.setdefault((r.get("variant", "all"), r.get("shape", "long")), r["writes_per_s"])
     for r in rounds:
         per = r["per_write"]
         result.rows.append(
             {
                 "catalog": r["catalog"],
                 "variant": r.get("variant", "all"),
+                "shape": r.get("shape", "long"),
                 "W": r["W"],
                 "writes/s": r["writes_per_s"],
-                "vs first W": ratio(r["writes_per_s"], firsts.get(r.get("variant", "all"), float("nan"))),
+                "vs first W": ratio(
+                    r["writes_per_s"], firsts.get((r.get("variant", "all"), r.get("shape", "long")), float("nan"))
+                ),
                 "p50 s": r["p50_s"],
                 "p99 s": r["p99_s"],
                 "max s": r["max_s"],
@@ -360,6 +393,8 @@ def _report(result: SuiteResult, rounds: list[dict[str, Any]]) -> None:
                 "CPU ms/write": r["cpu_ms_per_write"],
                 "machine busy": f"{r['machine_busy']:.0%}",
                 "by peer": f"{r['by_peer']:.0%}",
+                "helpers": r.get("helpers", 0),
+                "waited for": ", ".join(f"{k} {v}" for k, v in sorted(r.get("waited_for", {}).items())),
                 "errors": sum(r["errors"].values()),
                 "exactly once": "yes" if r["exact"] else f"NO: {r['exact_detail']}",
             }
@@ -377,6 +412,11 @@ def _report(result: SuiteResult, rounds: list[dict[str, Any]]) -> None:
             )
         if r["errors"]:
             result.warnings.append(f"{r['catalog']} W={r['W']}: errors reached writers: {r['errors']}")
+        if r.get("shape") == "spark" and r.get("helpers"):
+            result.warnings.append(
+                f"{r['catalog']} spark W={r['W']}: {r['helpers']} writes waited out a patience and helped "
+                "(a healthy run should have none)"
+            )
     result.data["rounds"] = rounds
     full = [r for r in rounds if r["catalog"] == "sqlite" and r.get("variant", "all") == "all"]
     top = max(full, key=lambda r: r["W"], default=None)
@@ -430,6 +470,8 @@ def main(argv: list[str] | None = None) -> int:
         help="a checkout of an earlier version: its package runs as the 'before' variant, interleaved",
     )
     p.add_argument("--catalogs", help="comma-separated subset of sqlite,postgres,rest to run [every one configured]")
+    p.add_argument("--shapes", default="long", help="comma-separated writer shapes: long, spark [long]")
+    p.add_argument("--task-ms", type=float, default=200.0, help="spark shape: executor time per job [200]")
     p.add_argument("--json", help="write the suite result here")
     p.add_argument("--plot-dir", help="draw bench-latency.png (writes/s and p99 vs W) here")
     p.add_argument("--workdir", help="scratch directory [/dev/shm when present]")
@@ -448,6 +490,8 @@ def main(argv: list[str] | None = None) -> int:
         baseline_code=args.baseline_code,
         catalogs=args.catalogs.split(",") if args.catalogs else None,
         workdir=args.workdir,
+        shapes=args.shapes.split(","),
+        task_ms=args.task_ms,
     )
     print(res.markdown())
     if args.json:

@@ -8,6 +8,12 @@ and stop times, answered by every write's record, the request counts and the
 process's CPU seconds. Each thread writes 5-row appends in a loop until the
 stop time, each one ``testing.harness.plan`` -> ``write_tasks`` -> ``commit``
 (what Spark's driver, one executor task and the commit worker run).
+
+Two shapes of writer (the round's ``shape``): ``long``, a long-lived anonymous
+writer (no barrier per write); ``spark``, an idempotent job per write as a Spark
+application runs it — ``writer.id`` + ``writer.batch-id``, so its open puts a fence
+barrier; then its executor time (``task_s``, four times longer on every other
+thread: a mix of fast and slow jobs) while its barrier is pending; then its commit.
 """
 
 from __future__ import annotations
@@ -23,6 +29,9 @@ from typing import Any
 from benchmarks.latency_seams import Latency, Meter, install_catalog, install_store
 from benchmarks.worker_process import MARK
 
+#: Id span of one writer thread (the parent's ``latency.SPAN``): every other writer's base is a slow job's.
+SPAN = 10**9
+
 __all__ = ["main"]
 
 
@@ -31,14 +40,22 @@ def _send(obj: Any) -> None:
     sys.stdout.flush()
 
 
-def _write(target: Any, table: str, lo: int, rows: int) -> dict[str, Any]:
-    """One write of ``rows`` rows with ids from ``lo``; its timings and what the commit reported."""
+def _write(target: Any, table: str, lo: int, rows: int, job: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One write of ``rows`` rows with ids from ``lo``; its timings and what the commit reported.
+
+    ``job``: the Spark shape (``writer_id``, ``batch``, ``task_s``): a writer.id job with its batch id that
+    runs its executor time between its open and its commit.
+    """
     from pyspark_fenced_sink.testing import harness
 
     t0 = time.time()
     record: dict[str, Any] = {"lo": lo, "n": rows, "t0": t0}
     try:
-        p = harness.plan(target, table)
+        if job is None:
+            p = harness.plan(target, table)
+        else:
+            p = harness.plan(target, table, writer_id=job["writer_id"], writer_batch_id=job["batch"])
+            time.sleep(job["task_s"])  # executors run; the job's barrier is pending meanwhile
         messages = harness.write_tasks(p, harness.rows("bench", lo, rows), tasks=1)
         record["t1"] = time.time()
         res = harness.commit(p, messages)
@@ -55,18 +72,25 @@ def _write(target: Any, table: str, lo: int, rows: int) -> dict[str, Any]:
         catalog_commits=res.catalog_commits,
         by_peer=res.by_peer,
         group=res.group,
-        helped=res.helped,
+        helped=getattr(res, "for_peers", getattr(res, "helped", 0)),  # named helped before issue 31
         waits=getattr(res, "waits", 0),  # an earlier version's result has no waits / helper
         helper=getattr(res, "helper", False),
+        waited_for=getattr(res, "waited_for", None),
     )
     return record
 
 
-def _loop(target: Any, table: str, base: int, rows: int, start: float, stop: float, out: list[Any]) -> None:
+def _loop(
+    target: Any, table: str, base: int, rows: int, start: float, stop: float, out: list[Any], shape: dict[str, Any]
+) -> None:
     time.sleep(max(0.0, start - time.time()))
     k = 0
     while time.time() < stop:
-        out.append(_write(target, table, base + k * rows, rows))
+        job = None
+        if shape.get("kind") == "spark":
+            task_s = float(shape["task_s"]) * (4.0 if shape.get("slow") else 1.0)
+            job = {"writer_id": f"job-{base}", "batch": k, "task_s": task_s}
+        out.append(_write(target, table, base + k * rows, rows, job))
         k += 1
 
 
@@ -114,9 +138,13 @@ def _round(cmd: dict[str, Any], latency: Latency, meter: Meter) -> None:
     go = json.loads(sys.stdin.readline())
     meter.take()
     results: list[list[dict[str, Any]]] = [[] for _ in cmd["bases"]]
+    shape = {"kind": cmd.get("shape", "long"), "task_s": cmd.get("task_s", 0.0)}
     threads = [
         threading.Thread(
-            target=_loop, args=(target, table, base, rows, go["start"], go["stop"], out), daemon=True, name=f"w{i}"
+            target=_loop,
+            args=(target, table, base, rows, go["start"], go["stop"], out, {**shape, "slow": (base // SPAN) % 2 == 1}),
+            daemon=True,
+            name=f"w{i}",
         )
         for i, (base, out) in enumerate(zip(cmd["bases"], results, strict=True))
     ]

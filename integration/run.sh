@@ -11,7 +11,8 @@
 #   PG_PORT (54329), S3_PORT (54330), REST_PORT (54331), AZURE_PORT (54332), GCS_PORT (54333),
 #   ICEBERG_REST_PORT (54338); integration/test_connect.py and test_cluster.py start a Spark
 #   Connect server (CONNECT_PORT, 54334) and a standalone cluster (MASTER_PORT, 54335, workers on
-#   the next two) themselves.
+#   the next two) themselves, and integration/test_network_faults.py starts toxiproxy (API on
+#   TOXIPROXY_PORT, 54340; its proxies listen on TOXIPROXY_LISTEN, 54341-54360; built with Go once).
 #   FENCEDLAKE_IT_KEEP_SERVICES=1 leaves them running for a faster next run.
 # FENCEDLAKE_IT_TARGET=docker: starts nothing; expects FENCEDLAKE_IT_PG_URI,
 #   FENCEDLAKE_IT_S3_ENDPOINT, FENCEDLAKE_IT_S3_BUCKET and AWS_* from the environment
@@ -53,9 +54,11 @@ local)
             log "FENCEDLAKE_IT_KEEP_SERVICES=1: leaving services running"
         else
             log "stopping services"
-            # Started by their test modules (test_connect.py, test_cluster.py); stopped here too after a crash.
+            # Started by their test modules (test_connect.py, test_cluster.py, test_network_faults.py); stopped here
+            # too after a crash.
             integration/services/connect.sh stop >/dev/null 2>&1 || true
             integration/services/cluster.sh stop >/dev/null 2>&1 || true
+            integration/services/toxiproxy.sh stop >/dev/null 2>&1 || true
             integration/services/iceberg_rest.sh stop || true
             integration/services/rest.sh stop || true
             integration/services/gcs.sh stop || true

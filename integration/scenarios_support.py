@@ -20,8 +20,7 @@ harness release many processes at once), ``stop_at`` + ``stop_nth`` (the process
 SIGSTOPs *itself* at that fail point, after writing ``<marker_dir>/<point>.stopped``:
 a GC pause / frozen VM at an exact protocol step; the harness resumes it with
 SIGCONT), ``gap_s`` (a pause after each write: spreads a lane's writes over time so that an
-outage the harness causes meets some of them), ``s3fs_read_timeout`` (s3fs's client read timeout, lowered so injected
-timeouts cost seconds, not minutes). ``FENCEDLAKE_FAILPOINTS`` in the environment
+outage the harness causes meets some of them). ``FENCEDLAKE_FAILPOINTS`` in the environment
 arms the sink's own fail points (``pause`` for ``kill -9``).
 """
 
@@ -87,7 +86,7 @@ def result_record(result: Any, **extra: Any) -> dict[str, Any]:
         "unknowns": result.unknowns,
         "catalog_commits": result.catalog_commits,
         "group": result.group,
-        "helped": result.helped,
+        "for_peers": result.for_peers,
         "by_peer": result.by_peer,
     }
 
@@ -186,10 +185,6 @@ def _install_hooks(stop_at: str | None, nth: int, marker_dir: str | None) -> Non
 
 def _prepare(spec: dict[str, Any]) -> None:
     """Client settings and fault hooks, imports, then "ready" and wait for the start file."""
-    if spec.get("s3fs_read_timeout"):
-        import s3fs
-
-        s3fs.S3FileSystem.read_timeout = float(spec["s3fs_read_timeout"])
     _install_hooks(spec.get("stop_at"), int(spec.get("stop_nth", 1)), spec.get("marker_dir"))
     # Import everything before "ready", so a release starts the protocol at once, not imports.
     for module in (
@@ -274,14 +269,22 @@ def main(argv: list[str]) -> int:
 
 
 class Lane:
-    """A lane process started by the test, its JSON lines collected as they arrive."""
+    """A lane process started by the test, its JSON lines collected as they arrive (``module``: another program
+    speaking the same protocol, e.g. ``integration.faults.app``)."""
 
-    def __init__(self, mode: str, spec: Mapping[str, Any], *, env: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        mode: str,
+        spec: Mapping[str, Any],
+        *,
+        env: Mapping[str, str] | None = None,
+        module: str = "integration.scenarios_support",
+    ) -> None:
         full_env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
         if not (env or {}).get("FENCEDLAKE_FAILPOINTS"):
             full_env.pop("FENCEDLAKE_FAILPOINTS", None)
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "integration.scenarios_support", mode],
+            [sys.executable, "-m", module, mode],
             cwd=ROOT,
             env=full_env,
             stdin=subprocess.PIPE,

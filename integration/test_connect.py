@@ -5,8 +5,9 @@ stopped at the end), started in its own directory with Spark's temporary files i
 another. The scenarios: the README's Quickstart as a Connect client (the default
 warehouse lands where the server started, outlives the session, and never in a
 session's artifact directory), batch and streaming writes, reads, ``compact``,
-``read_table`` and SQL views, typed errors back through the client, and two
-clients writing one table at once, exactly once.
+``read_table`` and SQL views, catalog tables failing with the SQL statement that
+works, typed errors back through the client, and two clients writing one table
+at once, exactly once.
 """
 
 from __future__ import annotations
@@ -154,6 +155,37 @@ def test_batch_stream_compact_read_table_and_sql_over_connect(server: str, tmp_p
         spark.stop()
     assert _ids(wh, "cx.events") == list(range(610))
     _invariants(wh, "cx.events")
+
+
+def test_catalog_tables_over_connect_fail_with_the_sql_statement_that_works(server: str, tmp_path: Path) -> None:
+    """On the Connect server as on a classic session: CREATE TABLE ... USING fencedlake without columns is refused
+    at CREATE, and a table declared with columns fails every statement, in this client and another, naming the
+    CREATE TEMPORARY VIEW that works (which then inserts and reads)."""
+    wh = str(tmp_path / "wh")
+    spark, other = _session(server), _session(server)
+    try:
+        with pytest.raises(Exception) as err:  # noqa: PT011 - the client's exception carries the sink's text
+            spark.sql(f"CREATE TABLE cx_cat USING fencedlake OPTIONS (warehouse '{wh}', table 'cx.cat')")
+        typed = fencedlake_error(err.value)
+        assert isinstance(typed, InvalidOptionsError) and "CREATE TEMPORARY VIEW <name> USING fencedlake" in str(typed)
+        spark.sql(
+            f"CREATE TABLE cx_sqlt (id BIGINT, s STRING) USING fencedlake OPTIONS (warehouse '{wh}', table 'cx.t')"
+        )
+        for session, statement in [(spark, "INSERT INTO cx_sqlt VALUES (1, 'a')"), (other, "SELECT * FROM cx_sqlt")]:
+            with pytest.raises(Exception) as err:  # noqa: PT011
+                session.sql(statement).collect()
+            typed = fencedlake_error(err.value)
+            assert isinstance(typed, InvalidOptionsError), err.value
+            assert "DROP TABLE <name>; CREATE TEMPORARY VIEW <name> (`id` BIGINT, `s` STRING)" in str(typed)
+        spark.sql("DROP TABLE cx_sqlt")
+        register_view(spark, "cx_sqlt", "cx.t", schema="id BIGINT, s STRING", warehouse=wh)
+        spark.sql("INSERT INTO cx_sqlt VALUES (1, 'a')")
+        assert spark.sql("SELECT count(*) AS n FROM cx_sqlt").collect()[0].n == 1
+    finally:
+        spark.sql("DROP TABLE IF EXISTS cx_sqlt")
+        spark.stop()
+        other.stop()
+    assert _ids(wh, "cx.t") == [1]
 
 
 def test_typed_errors_come_back_typed_through_the_client(server: str, tmp_path: Path) -> None:

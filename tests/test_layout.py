@@ -6,6 +6,10 @@ subpackage or to a lower layer, never up — imports of the package root
 layer. The Spark-free core (``protocol``, ``store``) imports neither pyspark,
 the executor path, nor the option parser. Executor-side modules never load
 catalog code at import time. Every option key is spelled in ``options/`` only.
+Every module path the package's docstrings and comments, docs/*.md and the README
+name (``protocol.entry.WriteMode``, ``iceberg/commit/producers.py``) exists, and
+docs/DEVELOPING.md's list of a write mode's places names every module that
+decides by write mode.
 Each rule is a function over an import graph, and the last tests feed every
 rule a graph that breaks it: a rule that cannot fail is a defect.
 """
@@ -13,12 +17,16 @@ rule a graph that breaks it: a rule that cannot fail is a defect.
 from __future__ import annotations
 
 import ast
+import io
+import re
+import tokenize
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "pyspark_fenced_sink"
+DEVELOPING = PACKAGE.parent / "docs" / "DEVELOPING.md"
 NAME = "pyspark_fenced_sink"
 
 #: Lower numbers are lower layers. A module may import its own layer's modules and any lower layer.
@@ -61,6 +69,13 @@ CATALOG_CODE = ("iceberg.catalogs", "iceberg.commit")
 CATALOG_PACKAGES = ("pyiceberg.catalog", "sqlalchemy")
 
 Graph = Mapping[str, Iterable[str]]
+
+#: Dotted names that begin like a module path but are Spark's or Iceberg's: the session's API (``spark.read``),
+#: Spark's configuration keys (``spark.sql.execution.*``) and Iceberg's table properties (``write.parquet.*``).
+FOREIGN_NAMES = re.compile(
+    r"spark\.(?:read|readStream|range|createDataFrame|table|conf|dataSource|hadoop|jobGroup|local|ui|"
+    r"sql\.(?:execution|parquet|python|session|shuffle|catalog))\b|(?:write|read)\.(?:parquet|metadata|split)\b"
+)
 
 
 def _modules() -> dict[str, Path]:
@@ -216,6 +231,100 @@ def option_keys_elsewhere(strings: Mapping[str, Iterable[str]], keys: set[str]) 
     return sorted(f"{m}: {s!r}" for m, found in strings.items() if _room(m) != "options" for s in found if s in keys)
 
 
+def _defined(path: Path) -> dict[str, set[str] | None]:
+    """Top-level names of a module (defined or imported), each class with the names its body defines."""
+    out: dict[str, set[str] | None] = {}
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.ClassDef):
+            members = {n.id for s in node.body for n in ast.walk(s) if isinstance(n, ast.Name)}
+            members |= {s.name for s in node.body if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef))}
+            out[node.name] = members
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            out[node.name] = None
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            out.update(dict.fromkeys((a.asname or a.name).split(".")[0] for a in node.names))
+        else:
+            targets = (
+                [node.target] if isinstance(node, (ast.AnnAssign, ast.AugAssign)) else getattr(node, "targets", ())
+            )
+            out.update(dict.fromkeys(n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)))
+    return out
+
+
+def _resolves(name: str, modules: Mapping[str, Path]) -> bool:
+    """True if ``name`` (``iceberg.commit.producers.PRODUCERS``) is a module, or a module and a name it defines."""
+    parts = name.split(".")
+    for i in range(len(parts), 0, -1):
+        path = modules.get(".".join(parts[:i])) or modules.get(".".join([*parts[:i], "__init__"]))
+        if path is not None:
+            break
+    else:
+        return False
+    rest = parts[i:]
+    if not rest or (rest == ["py"] and ".".join(parts[:i]) in modules):  # a module, or its file name ("errors.py")
+        return True
+    defined = _defined(path)
+    if rest[0] not in defined:
+        return False
+    members = defined[rest[0]]
+    return len(rest) == 1 or members is None or rest[1] in members
+
+
+def stale_module_paths(texts: Mapping[str, str], modules: Mapping[str, Path]) -> list[str]:
+    """Module paths named in ``texts`` (where -> text) that name no module or no name in one.
+
+    A name counts when it starts with the package (``pyspark_fenced_sink.``) or one of its rooms other than the
+    demo (whose Iceberg namespace is ``demo``): dotted (``protocol.entry.WriteMode``) or a file path
+    (``iceberg/commit/producers.py``, ``iceberg/codec/``).
+    """
+    rooms = "|".join(sorted({_room(m) for m in modules} - {"demo", "__init__"}))
+    dotted = re.compile(rf"(?<![\w.\-/])(?:{NAME}\.)?(?:{rooms})(?:\.[A-Za-z_]\w*)+(?![\w-])")
+    slashed = re.compile(rf"(?<![\w.\-/])(?:{NAME}/)?(?:{rooms})(?:/\w+)*(?:\.py|/)(?![\w/])")
+    stale = []
+    for where, text in texts.items():
+        for found in dotted.finditer(text):
+            name = found.group(0)
+            if not FOREIGN_NAMES.match(name) and not _resolves(name.removeprefix(f"{NAME}."), modules):
+                stale.append(f"{where}: {name}")
+        for found in slashed.finditer(text):
+            path = found.group(0).removeprefix(f"{NAME}/")
+            module = path.removesuffix(".py").rstrip("/").replace("/", ".")
+            if module not in modules and f"{module}.__init__" not in modules:
+                stale.append(f"{where}: {found.group(0)}")
+    return sorted(stale)
+
+
+def _named_texts() -> dict[str, str]:
+    """The package's strings and comments (docstrings among them), docs/*.md and the README, by file."""
+    root = PACKAGE.parent
+    texts = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        tokens = tokenize.generate_tokens(io.StringIO(path.read_text()).readline)
+        words = (t.string for t in tokens if t.type in (tokenize.STRING, tokenize.COMMENT))
+        texts[str(path.relative_to(root))] = "\n".join(words)
+    for path in [root / "README.md", *sorted((root / "docs").glob("*.md"))]:
+        texts[str(path.relative_to(root))] = path.read_text()
+    return texts
+
+
+def _names_a_write_mode(path: Path) -> bool:
+    """True if the module's code names a ``WriteMode`` member (``WriteMode.DYNAMIC``)."""
+    return any(
+        isinstance(n, ast.Attribute)
+        and isinstance(n.value, ast.Name)
+        and n.value.id == "WriteMode"
+        and n.attr.isupper()
+        for n in ast.walk(ast.parse(path.read_text()))
+    )
+
+
+def unlisted_write_mode_places(naming: Iterable[str], guide: str) -> list[str]:
+    """Modules (``protocol/entry.py``) in ``naming`` that the guide's "A write mode" list does not name."""
+    _, found, rest = guide.partition("- **A write mode.**")
+    listed = set(re.findall(r"`([\w/]+\.py)`", rest.split("\n- **", 1)[0])) if found else set()
+    return sorted(set(naming) - listed)
+
+
 # ---------------------------------------------------------------- the rules, on the code
 
 
@@ -265,6 +374,20 @@ def test_option_keys_are_spelled_only_in_options() -> None:
     assert {"writer.id", "writer.batch-id", "partition-by", "commit.max-wait-ms", "split-size"} <= keys
     strings = {m: _code_strings(p) for m, p in _modules().items()}
     assert option_keys_elsewhere(strings, keys) == []
+
+
+def test_module_paths_named_in_docs_and_docstrings_exist() -> None:
+    """Docstrings, comments, docs/*.md and the README name only modules (and names in them) that exist."""
+    texts = _named_texts()
+    assert {"README.md", "docs/PROTOCOL.md", "pyspark_fenced_sink/protocol/entry.py"} <= set(texts)
+    assert stale_module_paths(texts, _modules()) == []
+
+
+def test_every_module_deciding_by_write_mode_is_listed_for_a_new_write_mode() -> None:
+    """docs/DEVELOPING.md lists a write mode's places: each module naming a ``WriteMode`` member is among them."""
+    naming = [str(p.relative_to(PACKAGE)) for p in _modules().values() if _names_a_write_mode(p)]
+    assert {"protocol/entry.py", "iceberg/commit/producers.py", "options/write.py"} <= set(naming)
+    assert unlisted_write_mode_places(naming, DEVELOPING.read_text()) == []
 
 
 # ---------------------------------------------------------------- every rule can fail
@@ -317,3 +440,32 @@ def test_the_option_key_rule_catches_a_key_outside_options() -> None:
     """A key spelled in another module is reported; in options/ it is not."""
     strings = {"write.transaction": ["writer.id"], "options.write": ["writer.id"]}
     assert option_keys_elsewhere(strings, {"writer.id"}) == ["write.transaction: 'writer.id'"]
+
+
+@pytest.mark.parametrize(
+    ("text", "stale"),
+    [
+        ("the port (``iceberg.table_port``) commits", ["iceberg.table_port"]),
+        (
+            "see pyspark_fenced_sink.iceberg.commit.table_port.NoSuchPort",
+            ["pyspark_fenced_sink.iceberg.commit.table_port.NoSuchPort"],
+        ),
+        ("a row of `iceberg/commit/producer.py`", ["iceberg/commit/producer.py"]),
+        ("``protocol.entry.WriteMode.NO_SUCH_MODE``", ["protocol.entry.WriteMode.NO_SUCH_MODE"]),
+        ("protocol.entry.WriteMode.DYNAMIC in iceberg/commit/producers.py, options/, errors.py", []),
+        ("spark.read.format, spark.sql.execution.arrow.maxBytesPerBatch, write.parquet.row-group-limit", []),
+    ],
+)
+def test_the_module_path_rule_catches_a_stale_name(text: str, stale: list[str]) -> None:
+    """A planted name of a module (or of a name in one) that does not exist is reported; live ones are not."""
+    assert stale_module_paths({"planted": text}, _modules()) == [f"planted: {name}" for name in stale]
+
+
+def test_the_write_mode_rule_catches_an_unlisted_module() -> None:
+    """A module deciding by write mode that the guide's list leaves out is reported (another section's is not)."""
+    guide = (
+        "- **A write mode.** `protocol/entry.py` and\n  `protocol/replace.py`\n- **A catalog.** `options/write.py`\n"
+    )
+    naming = ["protocol/entry.py", "protocol/replace.py", "options/write.py"]
+    assert unlisted_write_mode_places(naming, guide) == ["options/write.py"]
+    assert unlisted_write_mode_places(naming, "no such list") == sorted(naming)

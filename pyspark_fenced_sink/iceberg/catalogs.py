@@ -5,7 +5,8 @@
   configured the pyiceberg way: ``catalog`` names one from ``.pyiceberg.yaml``
   / ``PYICEBERG_CATALOG__*``, ``catalog.<key>`` options pass properties
   through. Catalogs are cached per process (Spark reuses the driver's Python
-  workers between commits).
+  workers between commits); REST and PostgreSQL catalogs are built with a bound
+  on every request (:mod:`.timeouts`).
 * :func:`open_table` — one catalog read of a table (created first, namespace
   included, when :class:`TableCreation` says how and it is missing; its own
   settings checked) and the protocol context to commit to it. The write
@@ -33,6 +34,7 @@ from pyspark_fenced_sink.iceberg.codec.write_properties import check_write_prope
 from pyspark_fenced_sink.iceberg.commit.manifests import merge_settings
 from pyspark_fenced_sink.iceberg.commit.table_port import IcebergTablePort
 from pyspark_fenced_sink.iceberg.service_errors import classify, service_errors
+from pyspark_fenced_sink.iceberg.timeouts import load_bounded
 from pyspark_fenced_sink.masking import redact
 from pyspark_fenced_sink.options.catalog import CatalogConfig
 from pyspark_fenced_sink.protocol.context import CommitContext
@@ -94,10 +96,8 @@ def load_catalog(config: CatalogConfig) -> Any:
     if config.embedded:
         catalog = embedded_catalog(config.warehouse)
     else:
-        from pyiceberg.catalog import load_catalog as pyiceberg_load_catalog
-
         try:
-            catalog = pyiceberg_load_catalog(config.name or "fencedlake", **config.properties)
+            catalog = load_bounded(config.name or "fencedlake", config.properties)
         except Exception as e:  # noqa: BLE001 - pyiceberg raises ValueError, NotInstalledError, connection errors...
             typed = classify(e, config, None)
             if typed is not None:

@@ -77,7 +77,15 @@ _KINDS = {
         "check the endpoint; retrying helps only if the service was down, not if the endpoint is wrong",
     ),
     "server": _Kind(True, "answered with a server error", "retry once the service is healthy"),
+    "truncated": _Kind(
+        True,
+        "returned an incomplete object (a response cut on the way)",
+        "retry; if it persists, the object itself is damaged",
+    ),
 }
+#: A metadata file read back empty or cut short: the storage client handed over a truncated response body
+#: (seen through a proxy that cut responses: pyarrow's S3 client returned an empty metadata file).
+_TRUNCATED = re.compile(r"EOF while parsing|Invalid JSON: EOF|unexpected end of (data|file|stream)", re.IGNORECASE)
 
 
 def _chain(error: BaseException) -> Iterator[BaseException]:
@@ -102,6 +110,8 @@ def _kind(error: BaseException) -> str | None:
             return "server"
         if name in _UNREACHABLE_TYPES or _UNREACHABLE.search(text):
             return "unreachable"
+        if _TRUNCATED.search(text):
+            return "truncated"
     return None
 
 
@@ -168,7 +178,7 @@ def classify(
     kind = _kind(error)
     if kind is None:
         return None
-    service = _service(error)
+    service = "storage" if kind == "truncated" else _service(error)
     endpoint = _storage_endpoint(properties) if service == "storage" else _catalog_endpoint(config)
     k = _KINDS[kind]
     subject = f"table {table}" if table else "the catalog"

@@ -17,14 +17,11 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from pyspark_fenced_sink.protocol.metrics import Metric, metric_int, metric_text
 from pyspark_fenced_sink.protocol.state import decode_record
+from pyspark_fenced_sink.protocol.waiting import WaitCause
 
 __all__ = ["commit_stats", "describe_stats"]
-
-
-def _int(metrics: dict[str, str], key: str) -> int | None:
-    value = metrics.get(key)
-    return int(value) if value is not None and value.lstrip("-").isdigit() else None
 
 
 def _percentile(values: Sequence[float], p: float) -> float | None:
@@ -61,13 +58,15 @@ def commit_stats(table: Any, count: int) -> dict[str, Any]:
     if not rows:
         return {"commits": 0}
     metrics = [m for _, m, _ in rows]
-    applied = [_int(m, "apl") or 0 for m in metrics]
+    applied = [metric_int(m, Metric.APPLIED) or 0 for m in metrics]
     span = rows[0][0] - rows[-1][0]
-    ages = [(float(a), n) for m, n in zip(metrics, applied, strict=True) if (a := _int(m, "age50")) is not None]
-    worst = [float(a) for m in metrics if (a := _int(m, "age")) is not None]
-    lat = [float(a) for m in metrics if (a := _int(m, "lat")) is not None]
-    attempts = sum(_int(m, "att") or 1 for m in metrics)
+    medians = [metric_int(m, Metric.AGE_P50_MS) for m in metrics]
+    ages = [(float(a), n) for a, n in zip(medians, applied, strict=True) if a is not None]
+    worst = [float(a) for m in metrics if (a := metric_int(m, Metric.AGE_MAX_MS)) is not None]
+    lat = [float(a) for m in metrics if (a := metric_int(m, Metric.LATENCY_MS)) is not None]
+    attempts = sum(metric_int(m, Metric.ATTEMPTS) or 1 for m in metrics)
     groups = [float(n) for _, _, n in rows]
+    waited = [float(w) for m in metrics if (w := metric_int(m, Metric.WAITED_MS)) is not None]
     return {
         "commits": len(rows),
         "span_s": round(span, 3),
@@ -87,13 +86,29 @@ def commit_stats(table: Any, count: int) -> dict[str, Any]:
             "max": max(lat, default=None),
         },
         "cas_attempts": attempts,
-        "cas_conflicts": sum(_int(m, "conf") or 0 for m in metrics),
+        "cas_conflicts": sum(metric_int(m, Metric.CONFLICTS) or 0 for m in metrics),
         "cas_attempts_per_commit": round(attempts / len(rows), 3),
         "group_size": {"p50": _percentile(groups, 50), "max": max(groups), "mean_applied": sum(applied) / len(rows)},
-        "writes_by_peer_commit": sum(_int(m, "help") or 0 for m in metrics),
-        "helper_commits": sum(1 for m in metrics if _int(m, "hlp")),
-        "committer_wait_ms_p50": _percentile([float(w) for m in metrics if (w := _int(m, "wait")) is not None], 50),
-        "holes_voided": sum(_int(m, "void") or 0 for m in metrics),
+        "writes_by_peer_commit": sum(metric_int(m, Metric.FOR_PEERS) or 0 for m in metrics),
+        "helper_commits": sum(1 for m in metrics if metric_int(m, Metric.HELPER)),
+        "committer_wait_ms_p50": _percentile(waited, 50),
+        "committer_waits": _waits_by_cause(metrics),
+        "holes_voided": sum(metric_int(m, Metric.VOIDED) or 0 for m in metrics),
+    }
+
+
+def _waits_by_cause(metrics: Sequence[dict[str, str]]) -> dict[str, dict[str, float]]:
+    """Committers that waited, by why (``protocol.waiting.WaitCause``): how many, and their longest wait."""
+    out: dict[str, dict[str, float]] = {}
+    for m in metrics:
+        cause = metric_text(m, Metric.WAITED_FOR)
+        if cause is None:
+            continue
+        row = out.setdefault(cause, {"commits": 0, "max_wait_ms": 0.0})
+        row["commits"] += 1
+        row["max_wait_ms"] = max(row["max_wait_ms"], float(metric_int(m, Metric.WAITED_MS) or 0))
+    return {c.value: out[c.value] for c in WaitCause if c.value in out} | {
+        c: v for c, v in out.items() if c not in {w.value for w in WaitCause}
     }
 
 
@@ -116,4 +131,26 @@ def describe_stats(stats: dict[str, Any]) -> str:
         + f"; {stats['cas_attempts_per_commit']:.2f} CAS attempts per commit ({stats['cas_conflicts']} conflicts)"
         + f"; {stats['writes_by_peer_commit']} writes applied by another writer's commit"
         + f"; {stats['helper_commits']} helper commits; {stats['holes_voided']} holes voided"
+        + _describe_waits(stats.get("committer_waits") or {})
     )
+
+
+#: What each wait cause means, for the text view.
+_CAUSE_WORDS = {
+    WaitCause.COMMIT.value: "a live writer's commit",
+    WaitCause.STALLED.value: "a stalled position (a writer died or paused after its put)",
+    WaitCause.SLOW.value: "a slow committer",
+    WaitCause.POSITION.value: "a missing position",
+    WaitCause.CATALOG.value: "the catalog (conflicts or an outage)",
+}
+
+
+def _describe_waits(waits: dict[str, dict[str, float]]) -> str:
+    """``; committers waited for: a live writer's commit 3 (max 0.12 s), ...`` (empty if none waited)."""
+    if not waits:
+        return ""
+    parts = [
+        f"{_CAUSE_WORDS.get(cause, cause)} {int(row['commits'])} (max {row['max_wait_ms'] / 1000:.2f} s)"
+        for cause, row in waits.items()
+    ]
+    return "; committers waited for: " + ", ".join(parts)

@@ -248,7 +248,7 @@ def _done(base: CompactionResult, outcome: str, started: float, **changes: Any) 
 def open_for_compaction(table: str, options: Mapping[str, str], *, remote: bool = False) -> OpenedTable:
     """Open ``table`` with the sink's catalog options (``catalog``, ``catalog.*``, ``warehouse``, commit wait).
 
-    ``remote``: the session is a Spark Connect client's (``options.catalog_config``: the embedded catalog
+    ``remote``: the session is a Spark Connect client's (``options.catalog.catalog_config``: the embedded catalog
     then needs an absolute warehouse).
 
     Raises:

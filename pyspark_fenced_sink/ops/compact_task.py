@@ -56,7 +56,7 @@ def rewrite_group(
 ) -> WriteResult:
     """Read ``tasks``' rows and write them into new files of ``spec``'s table; the encoded files written.
 
-    ``metadata`` is the executor copy of the table metadata (``iceberg.scan.executor_metadata``).
+    ``metadata`` is the executor copy of the table metadata (``iceberg.planning.scan.executor_metadata``).
     """
     batches: Iterator[Any] = file_batches(metadata, spec.io_properties, tasks)
     if sort:

@@ -15,6 +15,7 @@ from typing import Any
 from pyspark_fenced_sink.protocol.context import CommitContext
 from pyspark_fenced_sink.protocol.entry import TOKEN_CHARS, WalEntry
 from pyspark_fenced_sink.protocol.file_refs import encoded_path
+from pyspark_fenced_sink.protocol.metrics import Metric, metric_int, metric_text
 from pyspark_fenced_sink.protocol.reconcile import Outcome, Position, position, reconcile
 from pyspark_fenced_sink.protocol.state import SUMMARY_UPSERT, decode_record
 from pyspark_fenced_sink.protocol.view import TableView
@@ -155,20 +156,21 @@ def recent_commits(table: Any, count: int) -> list[dict[str, Any]]:
             "seqs": None,
         }
         if record is not None:
-            m = {k: _number(v) for k, v in record.metrics.items()}
+            m = record.metrics
             row.update(
                 seqs=f"{record.first}-{record.last}",
-                latency_ms=m.get("lat"),
-                attempts=m.get("att"),
-                conflicts=m.get("conf"),
-                group=m.get("grp"),
-                applied=m.get("apl"),
-                helped=m.get("help"),
-                waited_ms=m.get("wait"),
-                helper=bool(m.get("hlp")),
-                voided=m.get("void", 0),
-                oldest_write_ms=m.get("age"),
-                untuned=m.get("slow", 0),
+                latency_ms=metric_int(m, Metric.LATENCY_MS),
+                attempts=metric_int(m, Metric.ATTEMPTS),
+                conflicts=metric_int(m, Metric.CONFLICTS),
+                group=metric_int(m, Metric.GROUP),
+                applied=metric_int(m, Metric.APPLIED),
+                for_peers=metric_int(m, Metric.FOR_PEERS),
+                waited_ms=metric_int(m, Metric.WAITED_MS),
+                waited_for=metric_text(m, Metric.WAITED_FOR),
+                helper=bool(metric_int(m, Metric.HELPER)),
+                voided=metric_int(m, Metric.VOIDED) or 0,
+                oldest_write_ms=metric_int(m, Metric.AGE_MAX_MS),
+                untuned=metric_int(m, Metric.UNTUNED) or 0,
                 fences=sum(1 for _, o in record.outcomes if o == Outcome.FENCED.value),
                 barriers=sum(1 for _, o in record.outcomes if o == Outcome.BARRIER.value),
             )

@@ -57,16 +57,17 @@ def table_name(options: Mapping[str, str]) -> str:
     """The table a read or write names: ``save()``/``load()``'s path or the ``table`` option (not both)."""
     path, table = options.get(PATH), options.get(TABLE)
     if path and table and path != table:
-        raise InvalidOptionsError(f"two table names given: save({path!r}) and option table={table!r}; give one")
+        raise InvalidOptionsError(
+            f"two table names given: path {path!r} (save()/load(), or a path option) and option table={table!r}; "
+            "give one"
+        )
     name = (table or path or "").strip()
     if not name:
         raise InvalidOptionsError(
-            'no table given: use .save("namespace.table") (writes), .load("namespace.table") (reads) '
-            'or .option("table", "namespace.table"). From SQL (INSERT INTO, SELECT) or writeTo(): Spark passes a '
-            "Python data source no options for a table in its catalog (CREATE TABLE ... USING fencedlake, "
-            "writeTo(...).create()); declare the table for the session instead: CREATE TEMPORARY VIEW events "
-            "USING fencedlake OPTIONS (table 'db.events', ...) or pyspark_fenced_sink.register_view(spark, "
-            '"events", "db.events", ...)'
+            "no table given: name it with the table option: in SQL, CREATE TEMPORARY VIEW events USING fencedlake "
+            'OPTIONS (table \'db.events\', ...) or pyspark_fenced_sink.register_view(spark, "events", "db.events", '
+            '...); on a DataFrame, .save("db.events") (writes), .load("db.events") (reads) or .option("table", '
+            '"db.events")'
         )
     return validate_table_name(name)
 

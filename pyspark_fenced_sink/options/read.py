@@ -57,7 +57,7 @@ class ReadOptions:
         streaming: True for ``spark.readStream``.
         snapshot_id: ``snapshot-id``: read this snapshot.
         as_of_timestamp_ms: ``as-of-timestamp``: read the main branch's snapshot current at this time (ms).
-        branch: ``branch``: read the head of this branch.
+        branch: ``branch``: read the tip (newest snapshot) of this branch.
         tag: ``tag``: read the snapshot this tag names.
         start_snapshot_id: ``start-snapshot-id`` (exclusive): a batch read returns the rows appended after it
             (up to ``end_snapshot_id``); a stream starts after it.

@@ -179,8 +179,8 @@ class SinkOptions:
             if overwrite:
                 raise InvalidOptionsError(
                     f"options {UPSERT_KEYS}/{UPSERT_ORDER}/{UPSERT_DELETE_WHERE} upsert by key and apply to writes "
-                    'that append (batch .mode("append"), streaming .outputMode("append")), but this write '
-                    "overwrites: drop the upsert options or append"
+                    'that append (batch .mode("append"), SQL INSERT INTO, streaming .outputMode("append")), but '
+                    "this write overwrites: drop the upsert options or append"
                 )
             return WriteMode.UPSERT
         if not overwrite:

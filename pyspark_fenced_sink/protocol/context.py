@@ -1,6 +1,6 @@
 """The commit loop's vocabulary: its context, its result, and the catalog port it drives (PROTOCOL.md §3-§6).
 
-``protocol.commit`` runs the loop over these; ``iceberg.table_port`` implements
+``protocol.commit`` runs the loop over these; ``iceberg.commit.table_port`` implements
 :class:`TablePort` over pyiceberg and the model test over an in-memory register.
 A :class:`CommitContext` checks every table version it reads for the table's
 identity (PROTOCOL.md §1.1).
@@ -55,7 +55,7 @@ class TablePort(Protocol):
         Raises:
             CommitConflict: the table is no longer at ``base`` (nothing landed).
             CommitUnknown: the outcome is unknown.
-            EntryRefused: the plan's head entry cannot be applied on ``base`` (nothing was sent;
+            EntryRefused: the plan's lead entry cannot be applied on ``base`` (nothing was sent;
                 ``seq`` names the entry).
         """
 
@@ -158,11 +158,14 @@ class CommitResult:
         unknowns: Attempts whose outcome was unknown (resolved by re-reading).
         catalog_commits: Catalog commits this writer landed.
         group: Positions reconciled by the commit that decided this entry, when this writer made it.
-        helped: Peers' entries this writer's commits applied.
+        for_peers: Peers' entries this writer's commits applied.
         by_peer: A peer's commit (or the committed state) decided this entry.
         waits: Table reads this writer made while it waited for the commits before its entry.
         helper: This writer committed as a helper: the upper stood still for its patience
             while an entry before its own waited (``protocol.waiting``).
+        waited_for: Why it waited, if it did (``protocol.waiting.WaitCause`` value): ``commit`` (a
+            live writer's commit ahead of it), ``stalled`` / ``slow`` (it then helped), ``position`` (a
+            missing position before its entry), ``catalog`` (a conflict or an outage).
     """
 
     seq: int | None
@@ -174,15 +177,16 @@ class CommitResult:
     unknowns: int = 0
     catalog_commits: int = 0
     group: int = 0
-    helped: int = 0
+    for_peers: int = 0
     by_peer: bool = False
     waits: int = 0
     helper: bool = False
+    waited_for: str | None = None
 
     def summary(self) -> str:
         """A compact one-line form for logs."""
         return (
             f"seq={self.seq} outcome={self.outcome.name} latency_ms={self.latency_ms:.1f} attempts={self.attempts} "
-            f"conflicts={self.conflicts} unknowns={self.unknowns} group={self.group} helped={self.helped} "
-            f"by_peer={self.by_peer} waits={self.waits} helper={self.helper}"
+            f"conflicts={self.conflicts} unknowns={self.unknowns} group={self.group} for_peers={self.for_peers} "
+            f"by_peer={self.by_peer} waits={self.waits} helper={self.helper} waited_for={self.waited_for}"
         )

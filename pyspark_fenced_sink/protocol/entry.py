@@ -76,7 +76,7 @@ class WriteMode(str, Enum):
     """How an applied entry changes its branch (PROTOCOL.md §5.1).
 
     The catalog side maps each mode to one snapshot producer
-    (``iceberg.table_port._PRODUCERS``); what a mode removes is decided, at apply
+    (``iceberg.commit.producers.PRODUCERS``); what a mode removes is decided, at apply
     time, by ``protocol.replace.removals``. Reconciliation starts a new commit
     before an applied entry that replaces rows (:attr:`replaces_rows`), and only
     appends to the same branch with the same snapshot properties join a commit

@@ -107,13 +107,17 @@ def put_barrier(ctx: CommitContext, entry: WalEntry, start: int) -> int:
       an older incarnation put there later would be reconciled before the
       barrier (I4). Sealed, every hole below it is taken, and later puts land
       above it;
-    * the same LIST shows whether anything lies above the barrier. If nothing
-      does, no commit can void its position (a commit voids a position only if
-      its LIST missed it but saw an entry above it that declares it, put before
-      it — which this LIST would have shown). If something does, the
-      entries through the barrier are committed now (``recover(through=)``:
-      nothing above it is read, so nothing above it can block this) and the
-      barrier is used only if its record names it; otherwise it is put again.
+    * the same LIST shows what lies above the barrier. A commit voids a position
+      only if its LIST missed it but saw an entry above it that declares it (its
+      ``floor`` at or below the position: its writer listed before the barrier's
+      put). If no entry listed above the barrier declares its position, no commit
+      can void it: an entry put later that declares it is seen only by LISTs made
+      after the barrier's put, which see the barrier too. So the entries above
+      are read (usually one or two GETs: those put in the moments since the
+      barrier's put), and only if one declares the barrier's position are the
+      entries through the barrier committed now (``recover(through=)``: nothing
+      above it is read, so nothing above it can block this); the barrier is then
+      used only if its record names it, otherwise it is put again.
     """
     token = entry.token[:TOKEN_CHARS]
     while True:
@@ -131,16 +135,31 @@ def put_barrier(ctx: CommitContext, entry: WalEntry, start: int) -> int:
             # below the upper); never reconciled and not ours. Put the barrier again.
             start = seq
             continue
-        if not ctx.wal.seal(view.state.upper, claimed):
-            return seq  # nothing above it after its put: no commit can ever void it
-        # An entry above may declare the barrier's position a hole, and a commit that listed the WAL before
-        # the barrier's put would void it: commit through it now, and use it only if its record names it.
+        above = ctx.wal.seal(view.state.upper, claimed)
+        if not _declared(ctx, above, seq):
+            return seq  # no entry above it declares its position: no commit can ever void it
+        # An entry above declares the barrier's position a hole, and a commit that listed the WAL before the
+        # barrier's put would void it: commit through it now, and use it only if its record names it.
         with contextlib.suppress(CorruptControlDataError):  # damaged below it: that blocks every commit, too
             recover(ctx, through=seq)
         view = ctx.load()
         if seq >= view.state.upper or recorded_token(ctx, view, seq) == token:
             return seq
         start = view.state.upper
+
+
+def _declared(ctx: CommitContext, above: list[int], seq: int) -> bool:
+    """True if an entry at ``above`` (positions listed above ``seq``) may declare ``seq`` a hole.
+
+    A damaged or vanished object counts as declaring it (what it declared cannot be known).
+    """
+    if not above:
+        return False
+    try:
+        found = ctx.wal.read_many(above)
+    except CorruptControlDataError:
+        return True
+    return any(e is None or (e.floor is not None and e.floor <= seq) for e in found)
 
 
 def _holds(ctx: CommitContext, seq: int, token: str) -> bool:

@@ -26,7 +26,7 @@ __all__ = [
 ]
 
 #: The keys of an encoded data file that the protocol itself reads; the rest of the
-#: encoding belongs to the Iceberg adapter (``iceberg.datafiles``).
+#: encoding belongs to the Iceberg adapter (``iceberg.codec.datafiles``).
 FILE_PATH_KEY = "p"
 FILE_SPEC_KEY = "s"
 FILE_PARTITION_KEY = "pt"

@@ -17,7 +17,7 @@ from pyspark_fenced_sink.protocol.entry import TOKEN_CHARS
 from pyspark_fenced_sink.protocol.reconcile import Outcome
 from pyspark_fenced_sink.protocol.state import CommitRecord
 from pyspark_fenced_sink.protocol.view import TableView
-from pyspark_fenced_sink.protocol.waiting import Waiting
+from pyspark_fenced_sink.protocol.waiting import Role, WaitCause, Waiting
 
 __all__ = ["PROGRESS_EVERY_S", "Progress", "backoff", "finish", "reload", "unknown_error"]
 
@@ -33,7 +33,7 @@ class Progress:
 
     def __init__(self, t0: float) -> None:
         self.t0 = self.noted = t0
-        self.attempts = self.conflicts = self.unknowns = self.catalog_commits = self.helped = self.group = 0
+        self.attempts = self.conflicts = self.unknowns = self.catalog_commits = self.for_peers = self.group = 0
         #: Commits sent whose outcome was unknown: (record, entries of peers it applied, its group size).
         self.unsure: list[tuple[CommitRecord, int, int]] = []
         #: How this writer waited for and came to its commits (None: ``recover``).
@@ -41,13 +41,18 @@ class Progress:
 
     def landed_unsure(self, record: CommitRecord) -> bool:
         """Count ``record`` as this writer's commit if it is one sent with an unknown outcome."""
-        for sent, helped, group in self.unsure:
+        for sent, for_peers, group in self.unsure:
             if as_read(sent) == as_read(record):
                 self.catalog_commits += 1
-                self.helped += helped
+                self.for_peers += for_peers
                 self.group = group
                 return True
         return False
+
+    def saw(self, cause: WaitCause) -> None:
+        """Note that the write waited for ``cause`` (kept in its wait log, if it has one)."""
+        if self.waiting is not None:
+            self.waiting.log.note(cause)
 
     def note(self, ctx: CommitContext, what: str) -> None:
         """Log a progress line at INFO if the commit has been waiting for another PROGRESS_EVERY_S."""
@@ -83,6 +88,7 @@ def reload(ctx: CommitContext, progress: Progress) -> TableView:
             raise
         except Exception as e:  # the catalog's database/transport errors: retry until the deadline
             failures += 1
+            progress.saw(WaitCause.CATALOG)
             if ctx.now() > progress.t0 + ctx.max_wait_s:
                 raise
             progress.note(ctx, f"re-reading the table through a catalog outage ({type(e).__name__})")
@@ -115,10 +121,11 @@ def finish(
         unknowns=p.unknowns,
         catalog_commits=p.catalog_commits,
         group=p.group,
-        helped=p.helped,
+        for_peers=p.for_peers,
         by_peer=by_peer,
-        waits=waiting.polls if waiting is not None else 0,
-        helper=waiting is not None and waiting.helped and p.catalog_commits > 0,
+        waits=waiting.log.polls if waiting is not None else 0,
+        helper=waiting is not None and waiting.role is Role.HELPER and p.catalog_commits > 0,
+        waited_for=waiting.log.cause.value if waiting is not None and waiting.log.cause is not None else None,
     )
     logger.info("fencedlake commit table=%s %s", ctx.port.name, result.summary())
     return result

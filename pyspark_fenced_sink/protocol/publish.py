@@ -2,7 +2,7 @@
 
 ``fencedlake publish TABLE BRANCH`` puts a ``publish`` entry into the WAL and
 commits it like any write: the group commit applies it in WAL order, in a
-commit of its own that moves main to the branch's head (and adds an empty
+commit of its own that moves main to the branch's tip (and adds an empty
 snapshot on main carrying the commit record). Whether main may move is
 decided at apply time (``protocol.replace.check_fast_forward``): if main
 changed data since the branch forked, the entry is REFUSED and nothing moves.

@@ -129,7 +129,7 @@ class ReconcilePlan:
     properties: tuple[tuple[str, str], ...] = ()
 
     @property
-    def head(self) -> int | None:
+    def lead(self) -> int | None:
         """The position of the first applied entry (the one whose mode the commit has), if any."""
         return self.apply[0] if self.apply else None
 
@@ -249,13 +249,13 @@ def remembered(
     )
 
 
-def _joins(head: WalEntry, entry: WalEntry) -> bool:
-    """True if applied ``entry`` may join the commit whose first applied entry is ``head``."""
-    if entry.target != head.target or entry.properties != head.properties:
+def _joins(lead: WalEntry, entry: WalEntry) -> bool:
+    """True if applied ``entry`` may join the commit whose first applied entry is ``lead``."""
+    if entry.target != lead.target or entry.properties != lead.properties:
         return False
     if entry.mode is WriteMode.APPEND:
-        return head.mode.takes_appends
-    return entry.mode is WriteMode.UPSERT and head.mode.takes_upserts
+        return lead.mode.takes_appends
+    return entry.mode is WriteMode.UPSERT and lead.mode.takes_upserts
 
 
 def reconcile(
@@ -286,7 +286,7 @@ def reconcile(
     tombstones = state.tombstones
     decisions: list[Decision] = []
     apply: list[int] = []
-    head: WalEntry | None = None
+    lead: WalEntry | None = None
     seq = state.upper
     stop = "tail"
     while True:
@@ -304,19 +304,19 @@ def reconcile(
         if applies and len(apply) >= max_group:  # only what the commit adds counts (PROTOCOL.md §5)
             stop = "limit"
             break
-        if applies and head is not None and not _joins(head, entry):
+        if applies and lead is not None and not _joins(lead, entry):
             stop = "next-commit"
             break
         expired_before = transition(writers, expired_before, seq, entry, outcome)
         tombstones = remembered(tombstones, entry, outcome)
         decisions.append(Decision(seq, entry.token, entry.writer, outcome, detail))
         if applies:
-            head = head or entry
+            lead = lead or entry
             apply.append(seq)
         seq += 1
     new_state = replace(state, upper=seq, writers=writers, expired_before=expired_before, tombstones=tombstones)
-    if head is None:
+    if lead is None:
         return ReconcilePlan(state, new_state, tuple(decisions), (), WriteMode.APPEND, stop)
     return ReconcilePlan(
-        state, new_state, tuple(decisions), tuple(apply), head.mode, stop, head.target, head.properties
+        state, new_state, tuple(decisions), tuple(apply), lead.mode, stop, lead.target, lead.properties
     )

@@ -1,7 +1,7 @@
 """What applying an entry removes, and when it may not apply (PROTOCOL.md §5.1, §5.2, §5.4; pure, driver).
 
 :func:`removals` selects, among the branch's files live on the version a commit
-is built on (apply time), what the commit's head entry removes per write mode;
+is built on (apply time), what the commit's lead entry removes per write mode;
 a replace-where over a straddling file, or a compaction whose input is no longer
 live, raises :class:`EntryRefused`. :func:`check_fast_forward` is publish's rule,
 over :func:`changed_data`. What a file's metadata can prove (:func:`missing_stats`,
@@ -136,7 +136,7 @@ class LiveFile:
 
 
 class EntryRefused(Exception):
-    """The commit's head entry cannot be applied on the version being committed on.
+    """The commit's lead entry cannot be applied on the version being committed on.
 
     Raised by the catalog side while it builds a commit; the commit loop then
     decides the entry REFUSED (with ``reason``) and commits that decision.
@@ -161,9 +161,9 @@ class Refusals:
             self.version, self.reasons = version, {}
         return self.reasons
 
-    def add(self, version: str, head: int | None, refusal: EntryRefused) -> None:
-        """Record ``refusal`` of the entry at ``head`` (the refused plan's first applied entry) on ``version``."""
-        seq = head if refusal.seq is None else refusal.seq
+    def add(self, version: str, lead: int | None, refusal: EntryRefused) -> None:
+        """Record ``refusal`` of the entry at ``lead`` (the refused plan's first applied entry) on ``version``."""
+        seq = lead if refusal.seq is None else refusal.seq
         reasons = self.at(version)
         if seq is None or seq in reasons:  # the port refused an entry the plan does not apply: a bug, not a loop
             raise RuntimeError(f"table port refused WAL seq {seq} twice on one version: {refusal.reason}")

@@ -54,7 +54,7 @@ SUMMARY_UPSERT = "fencedlake.upsert"
 #: Snapshot-summary keys of fencedlake's own; snapshot properties may not use the ``fencedlake.`` prefix.
 SUMMARY_PREFIX = "fencedlake."
 #: A tag every fencedlake commit on a branch other than main moves to its new snapshot, and every
-#: fencedlake commit asserts: with main's head, it makes any two concurrent commits conflict, whatever
+#: fencedlake commit asserts: with main's tip, it makes any two concurrent commits conflict, whatever
 #: branches they write (PROTOCOL.md §5.1).
 SERIAL_REF = "fencedlake-serial"
 

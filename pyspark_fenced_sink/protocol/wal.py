@@ -33,7 +33,7 @@ from pyspark_fenced_sink.protocol.layout import (
     seq_of,
     wal_key,
 )
-from pyspark_fenced_sink.store.base import Claim, ObjectStore, claim_key, create_resolved
+from pyspark_fenced_sink.store.base import Claim, ObjectStore, claim_key, create_resolved, fill_key
 
 __all__ = ["Claimed", "Wal", "holes"]
 
@@ -182,6 +182,18 @@ class Wal:
             out.append(got if isinstance(got, WalEntry) else None)
         return out
 
+    def read_present(self, seqs: Sequence[int]) -> dict[int, WalEntry]:
+        """The decodable entries at ``seqs``, read in parallel; empty positions and damaged objects left out."""
+
+        def read(seq: int) -> WalEntry | None:
+            try:
+                return self.read(seq)
+            except CorruptControlDataError:
+                return None  # damaged: it takes its position, and says nothing we can read
+
+        found = _read_pool().map(read, seqs) if self.parallel_reads and len(seqs) > 1 else map(read, seqs)
+        return {s: e for s, e in zip(seqs, found, strict=True) if e is not None}
+
     def append(self, entry: WalEntry, start: int) -> int:
         """Put ``entry`` at the first free position after the tail seen from ``start``; returns its seq.
 
@@ -290,16 +302,10 @@ class Wal:
         missing = [p for p in range(upper, claimed.seq) if p not in below]
         if missing:
             entries: dict[int, WalEntry] = {claimed.seq: claimed.entry}
-            for p in (p for p in listed if p > missing[0] and p != claimed.seq):  # declarers, above it too
-                try:
-                    found = self.read(p)
-                except CorruptControlDataError:
-                    continue  # damaged: it takes its position, and declares nothing we can read
-                if found is not None:
-                    entries[p] = found
+            entries.update(self.read_present([p for p in listed if p > missing[0] and p != claimed.seq]))  # declarers
             for seq in sorted(holes(entries, upper) & set(missing)):
                 seal = WalEntry(kind=EntryKind.SKIP, token=uuid.uuid4().hex, writer=SEAL_WRITER, reason=SEAL_REASON)
-                self._claim(seq, encode_entry(seal), seal.token)
+                self._fill(seq, encode_entry(seal))
         return [p for p in listed if p > claimed.seq]
 
     def put_skip(self, seq: int, entry: WalEntry) -> bool:
@@ -333,16 +339,27 @@ class Wal:
         except MALFORMED as e:
             raise CorruptControlDataError(f"run registry object {self.label}/{key} is damaged ({e})") from e
 
+    def _fill(self, seq: int, data: bytes) -> None:
+        """Take position ``seq`` with ``data`` unless an object is there (whose, a seal does not care: no read)."""
+        try:
+            fill_key(self.store, wal_key(seq), data, attempts=self.put_attempts, sleep=self.sleep)
+        except StoreError as e:
+            raise self._unconfirmed(seq, e) from e
+
     def _claim(self, seq: int, data: bytes, token: str) -> Claim:
         """Whose the object at ``seq`` is after a put-if-absent of ``data`` (I7)."""
         key = wal_key(seq)
         try:
             return claim_key(self.store, key, data, token, _entry_token, attempts=self.put_attempts, sleep=self.sleep)
         except StoreError as e:
-            if e.ambiguous:
-                raise CommitOutcomeUnknownError(
-                    f"WAL put at {self.label}/{key} may have landed but could not be confirmed ({e}); "
-                    "the next commit on the table resolves it",
-                    seq=seq,
-                ) from e
-            raise
+            raise self._unconfirmed(seq, e) from e
+
+    def _unconfirmed(self, seq: int, e: StoreError) -> Exception:
+        """The error of a WAL put that was not confirmed: outcome unknown if it may have landed, else ``e``."""
+        if not e.ambiguous:
+            return e
+        return CommitOutcomeUnknownError(
+            f"WAL put at {self.label}/{wal_key(seq)} may have landed but could not be confirmed ({e}); "
+            "the next commit on the table resolves it",
+            seq=seq,
+        )

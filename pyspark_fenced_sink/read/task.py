@@ -38,7 +38,7 @@ class ReadSpec:
     Attributes:
         table: Table name, for messages.
         metadata: The table metadata to read with: the read schema current, every partition
-            spec, no snapshot history (``iceberg.scan.executor_metadata``).
+            spec, no snapshot history (``iceberg.planning.scan.executor_metadata``).
         projection: The Iceberg columns read (the read schema, or the user's projection of it).
         spark_schema_json: The Spark schema Spark expects, as JSON.
         io_properties: FileIO properties; may hold secrets, masked in ``repr``.

@@ -26,7 +26,8 @@ class FencedLakeDataSource(DataSource):
 
     or explicitly: ``spark.dataSource.register(FencedLakeDataSource)``. From SQL, declare a
     table for the session (Spark passes a Python data source no options for a table in its
-    catalog, so ``CREATE TABLE ... USING fencedlake`` is refused)::
+    catalog: ``CREATE TABLE ... USING fencedlake`` is refused, and a statement on one declared
+    with columns fails naming the view statement, ``spark.sql``)::
 
         CREATE TEMPORARY VIEW events USING fencedlake OPTIONS (table 'db.events')
         INSERT INTO events SELECT ...;  INSERT OVERWRITE events SELECT ...;  SELECT * FROM events
@@ -90,31 +91,40 @@ class FencedLakeDataSource(DataSource):
     def schema(self) -> Any:
         """The table's Spark schema (Spark calls this on the driver when a read names no schema)."""
         from pyspark_fenced_sink.spark.reader import table_schema
-        from pyspark_fenced_sink.spark.sql import refuse_catalog_table
+        from pyspark_fenced_sink.spark.sql import refuse_catalog_table, refuse_unnamed_table
 
         refuse_catalog_table(self.options)
+        refuse_unnamed_table(self.options)
         return table_schema(self.options)
 
     def reader(self, schema: Any) -> DataSourceReader:
         """A batch reader (Spark calls this on the driver when it plans ``spark.read...load()``)."""
         from pyspark_fenced_sink.spark.reader import open_reader
+        from pyspark_fenced_sink.spark.sql import refuse_unnamed_table
 
+        refuse_unnamed_table(self.options, schema)
         return open_reader(self.options, schema)
 
     def streamReader(self, schema: Any) -> DataSourceStreamReader:  # noqa: N802 - Spark's name
         """A streaming reader (Spark calls this once per query run, in its source runner on the driver)."""
+        from pyspark_fenced_sink.spark.sql import refuse_unnamed_table
         from pyspark_fenced_sink.spark.stream_reader import FencedLakeStreamReader
 
+        refuse_unnamed_table(self.options, schema)
         return FencedLakeStreamReader.open(self.options, schema)
 
     def writer(self, schema: Any, overwrite: bool) -> Any:
         """A batch writer (Spark calls this on the driver when it plans ``df.write...save()``)."""
         from pyspark_fenced_sink.spark.batch import FencedLakeBatchWriter
+        from pyspark_fenced_sink.spark.sql import refuse_unnamed_table
 
+        refuse_unnamed_table(self.options, schema)
         return FencedLakeBatchWriter.open(self.options, schema, overwrite)
 
     def streamWriter(self, schema: Any, overwrite: bool) -> Any:  # noqa: N802 - Spark's name
         """A streaming writer (Spark calls this for every micro-batch)."""
+        from pyspark_fenced_sink.spark.sql import refuse_unnamed_table
         from pyspark_fenced_sink.spark.streaming import FencedLakeStreamWriter
 
+        refuse_unnamed_table(self.options, schema)
         return FencedLakeStreamWriter.open(self.options, schema, overwrite)

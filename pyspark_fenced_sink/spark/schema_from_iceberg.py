@@ -1,6 +1,6 @@
 """Iceberg -> Spark types: the schema a read returns (driver; PROTOCOL.md §14).
 
-The inverse of :mod:`pyspark_fenced_sink.iceberg.schema`'s write mapping: an
+The inverse of :mod:`pyspark_fenced_sink.spark.schema_to_iceberg`'s write mapping: an
 Iceberg ``int`` reads as Spark ``int``, ``timestamptz`` as ``timestamp``,
 ``timestamp`` as ``timestamp_ntz``, structs, lists and maps to any depth.
 Types the writer never produces but other engines do are mapped the way

@@ -1,23 +1,25 @@
 """fencedlake tables in Spark SQL: session views, and the catalog tables Spark cannot pass through (driver).
 
-What Spark 4.x hands a Python data source (verified with Spark 4.3): a table
-declared with ``CREATE TABLE t USING fencedlake OPTIONS (...)`` keeps its
-OPTIONS in Spark's catalog, but ``INSERT INTO t``, ``INSERT OVERWRITE t``,
-``SELECT ... FROM t``, ``insertInto`` and ``writeTo("t")`` reach the source with
-**no options at all** (only the statement's own ``.option(...)`` calls), so the
-sink cannot know which Iceberg table is meant; ``writeTo(...).using("fencedlake")
-.create()`` passes its options but not its name. A temporary view declared
-``USING fencedlake OPTIONS (...)`` passes its options to every statement:
-``SELECT``, ``INSERT INTO`` (append), ``INSERT OVERWRITE`` (per the view's
+What Spark 4.x hands a Python data source (verified with Spark 4.3, classic and Connect):
+``CREATE TABLE t USING fencedlake OPTIONS (...)`` (no column list) asks the source for its
+schema with the OPTIONS (plus ``provider``, ``owner``, ``option.*``); ``CREATE TABLE t (id
+BIGINT, ...) USING fencedlake OPTIONS (...)`` runs no code of the source at all. Then ``INSERT
+INTO t``, ``INSERT OVERWRITE t``, ``SELECT ... FROM t``, ``CREATE TABLE ... AS SELECT``,
+``insertInto("t")`` and ``writeTo("t")`` reach the source with **no options at all** — not the
+OPTIONS, the name, a ``LOCATION`` nor the ``TBLPROPERTIES``, in this session or another — so the
+sink cannot know which Iceberg table is meant. (The schema Spark passes carries column metadata,
+but an ``INSERT ... SELECT`` passes the query's, not the table's: no channel from ``CREATE`` to
+``INSERT``.) A temporary view declared ``USING fencedlake OPTIONS (...)`` passes its options to
+every statement: ``SELECT``, ``INSERT INTO`` (append), ``INSERT OVERWRITE`` (per the view's
 ``overwrite-mode``/``replace-where``), ``insertInto`` and ``writeTo(view).append()``.
 
-So :func:`register_view` declares such a view, and :func:`refuse_catalog_table`
-fails ``CREATE TABLE ... USING fencedlake`` (Spark asks the source for its
-schema while it creates the entry: the one moment the sink sees it) with the
-statement that works. Spark itself refuses ``overwritePartitions()``, ``INSERT
-... REPLACE WHERE`` and ``overwrite(condition)`` for Python sources (no such
-capability in the API): the README's troubleshooting section names the
-options that do it.
+So :func:`register_view` declares such a view; :func:`refuse_catalog_table` fails ``CREATE TABLE
+... USING fencedlake`` without columns (the one moment the sink sees it) with the statement that
+works; and :func:`refuse_unnamed_table` fails every statement that reaches the sink with no
+options (a catalog table declared with columns, which Spark registers without asking) with the
+same statement, the table's columns filled in. Spark itself refuses ``overwritePartitions()``,
+``INSERT ... REPLACE WHERE`` and ``overwrite(condition)`` for Python sources (no such capability
+in the API): the README's SQL section names the options that do it (PROTOCOL.md §14.2).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from typing import Any
 from pyspark_fenced_sink.errors import InvalidOptionsError, marked_errors
 from pyspark_fenced_sink.options.common import TABLE, validate_table_name
 
-__all__ = ["refuse_catalog_table", "register_view", "view_statement"]
+__all__ = ["refuse_catalog_table", "refuse_unnamed_table", "register_view", "view_statement"]
 
 #: Keys Spark adds to a source's options when it registers a table in its catalog (CREATE TABLE ... USING).
 _CATALOG_TABLE_KEYS = ("provider", "owner")
@@ -51,6 +53,41 @@ def refuse_catalog_table(options: Mapping[str, str]) -> None:
             "written nor read. Declare it for the session instead: CREATE TEMPORARY VIEW <name> USING fencedlake "
             f"OPTIONS (table '{table}', ...), or pyspark_fenced_sink.register_view(spark, '<name>', '{table}', "
             "...); the Iceberg table itself lives in fencedlake's catalog and is created by the first write"
+        )
+
+
+def _columns(schema: Any) -> str:
+    """``id BIGINT, s STRING`` for a Spark ``StructType`` (``<its columns>`` without one)."""
+    fields = getattr(schema, "fields", None)
+    if not fields:
+        return "<its columns>"
+    return ", ".join(f"`{f.name}` {f.dataType.simpleString().upper()}" for f in fields)
+
+
+def refuse_unnamed_table(options: Mapping[str, str], schema: Any = None) -> None:
+    """Raise if Spark passed no options at all: a statement on a catalog table ``USING fencedlake``.
+
+    A DataFrame read or write with neither a path nor an option looks the same to the sink, so the
+    message gives the SQL statement first and the DataFrame way last. ``schema``: the columns Spark
+    passed, for the view statement.
+
+    Raises:
+        InvalidOptionsError: ``options`` is empty.
+    """
+    if any(True for _ in options):
+        return
+    columns = _columns(schema)
+    with marked_errors():
+        raise InvalidOptionsError(
+            "no table given: Spark passed no options at all, as it does for INSERT INTO, INSERT OVERWRITE, SELECT, "
+            "CREATE TABLE ... AS SELECT, insertInto() and writeTo() on a table declared with CREATE TABLE ... USING "
+            "fencedlake: Spark keeps that table's OPTIONS in its catalog but never hands them (nor its name or "
+            "location) to a Python data source, so fencedlake cannot know which Iceberg table is meant. Declare it "
+            f"as a session view instead (the Iceberg table stays as it is): DROP TABLE <name>; CREATE TEMPORARY VIEW "
+            f"<name> ({columns}) USING fencedlake OPTIONS (table '<namespace.table>', ...), or "
+            f'pyspark_fenced_sink.register_view(spark, "<name>", "<namespace.table>", schema="{columns}"); then '
+            "INSERT INTO, INSERT OVERWRITE and SELECT the view. (A DataFrame read or write names its table in "
+            '.save("namespace.table"), .load("namespace.table") or .option("table", ...).)'
         )
 
 

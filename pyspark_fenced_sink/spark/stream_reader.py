@@ -84,13 +84,13 @@ class FencedLakeStreamReader(DataSourceStreamReader, _AvailableNow):  # type: ig
         with marked_errors():
             self._planner.refresh()
             if self._cap is _UNCAPPED:
-                head = self._planner.current()
+                tip = self._planner.current()
             else:
-                head = self._planner.snapshot(self._cap) if self._cap is not None else None
+                tip = self._planner.snapshot(self._cap) if self._cap is not None else None
             if start is None:  # Spark < 4.2: no start, no read limit
-                return self._planner.latest(START, StreamLimits(), head).to_json()
+                return self._planner.latest(START, StreamLimits(), tip).to_json()
             offset = StreamOffset.from_json(start)
-            return self._planner.latest(offset, self._limits(limit), head).to_json()
+            return self._planner.latest(offset, self._limits(limit), tip).to_json()
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[FencedLakeSplit]:
         """The splits of the files between two offsets (the same on every replay).

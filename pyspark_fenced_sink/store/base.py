@@ -24,7 +24,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from pyspark_fenced_sink.errors import StoreError
 
-__all__ = ["Claim", "CountingStore", "ObjectStore", "check_key", "claim_key", "create_resolved"]
+__all__ = ["Claim", "CountingStore", "ObjectStore", "check_key", "claim_key", "create_resolved", "fill_key"]
 
 
 @runtime_checkable
@@ -126,6 +126,29 @@ def claim_key(
             return Claim.VANISHED
         return Claim.OURS if token_of(existing) == token else Claim.THEIRS
     raise StoreError(f"create {key} not confirmed after {attempts} attempts: {last}", ambiguous=maybe_ours)
+
+
+def fill_key(
+    store: ObjectStore, key: str, data: bytes, *, attempts: int = 5, sleep: Callable[[float], None] = time.sleep
+) -> bool:
+    """Make sure an object is at ``key``: True if this call's put created it, False if one was there.
+
+    For keys where *whose* object it is does not matter, only that the key is taken (a seal of a hole:
+    PROTOCOL.md §7): an "already exists" needs no read (our earlier attempt or a peer's, the key is taken).
+    Ambiguous errors are retried on the same key.
+
+    Raises:
+        StoreError: nothing was confirmed; ``ambiguous`` is set if an attempt may have landed.
+    """
+    maybe = False
+    last: StoreError | None = None
+    for attempt in range(attempts):
+        try:
+            return store.put_if_absent(key, data)
+        except StoreError as e:
+            last, maybe = e, maybe or e.ambiguous
+            sleep(min(0.05 * 2**attempt, 1.0))
+    raise StoreError(f"create {key} not confirmed after {attempts} attempts: {last}", ambiguous=maybe)
 
 
 def create_resolved(store: ObjectStore, key: str, data: bytes, token: str, *args: Any, **options: Any) -> bool:

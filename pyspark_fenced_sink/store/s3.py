@@ -4,7 +4,8 @@ Put-if-absent is ``PUT`` with ``If-None-Match: *`` (s3fs ``pipe_file(mode="creat
 ``412`` -> exists; ``409 ConditionalRequestConflict`` (a concurrent conditional
 write in flight, nothing applied) is retried on the same key; transport errors
 and 5xx are ambiguous. One ``s3fs.S3FileSystem`` per distinct configuration is
-reused by the WAL and by ``gc``'s listing.
+reused by the WAL and by ``gc``'s listing; every request it makes is bounded
+(:data:`CONNECT_TIMEOUT_S`, :data:`READ_TIMEOUT_S`, :data:`MAX_ATTEMPTS`).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any
 from pyspark_fenced_sink.errors import StoreError
 from pyspark_fenced_sink.store.filesystem import FileSystemStore
 
-__all__ = ["S3Store", "s3_filesystem"]
+__all__ = ["S3Store", "request_bound_s", "s3_filesystem"]
 
 _S3_PROPERTY_MAP = {
     "s3.access-key-id": "key",
@@ -112,14 +113,72 @@ def _may_have_applied(e: BaseException) -> bool:
     return True
 
 
+#: Bounds of every request to S3 (PROTOCOL.md §2.1): seconds to connect, seconds a socket read may wait (the
+#: table's ``s3.connect-timeout`` / ``s3.request-timeout`` FileIO properties override them), and attempts
+#: per request, botocore's own retries included. s3fs's defaults (15 s reads, 5 botocore attempts inside 5
+#: s3fs attempts) let one request to an endpoint that stopped answering hang for more than 10 minutes.
+CONNECT_TIMEOUT_S = 5.0
+READ_TIMEOUT_S = 10.0
+MAX_ATTEMPTS = 3
+
+
+def _seconds(props: Mapping[str, str], key: str, default: float) -> float:
+    try:
+        value = float(props[key]) if props.get(key) else default
+    except ValueError:
+        raise StoreError(f"FileIO property {key}={props[key]!r}: expected a number of seconds") from None
+    return value if value > 0 else default
+
+
+def request_bound_s(io_properties: Mapping[str, str]) -> float:
+    """The longest one control-store request takes with these properties.
+
+    Attempts x timeouts, plus botocore's backoff between attempts (at most 1 s, then 2 s, ...) and the
+    client's own overhead (measured: about 2 s).
+    """
+    connect = _seconds(io_properties, "s3.connect-timeout", CONNECT_TIMEOUT_S)
+    read = _seconds(io_properties, "s3.request-timeout", READ_TIMEOUT_S)
+    return MAX_ATTEMPTS * (connect + read) + float(2**MAX_ATTEMPTS)
+
+
 _fs_cache: dict[tuple[tuple[str, str], ...], Any] = {}
 _fs_lock = threading.Lock()
 
 
+def _no_expect_continue(request: Any, **kwargs: Any) -> None:
+    """Send a PUT's body with its headers, without waiting for ``100 Continue`` (see :func:`_filesystem_class`)."""
+    request.headers.pop("Expect", None)
+
+
+_fs_class: list[type] = []
+
+
+def _filesystem_class() -> type:
+    """``s3fs.S3FileSystem`` whose PUTs carry no ``Expect: 100-continue`` header.
+
+    botocore adds the header to every PutObject; aiobotocore (s3fs's client) then waits for the
+    server's ``100 Continue`` with no timeout at all, so a PUT to an endpoint that stopped answering
+    hung for ever, whatever ``read_timeout`` says (GETs and LISTs time out as configured). Control
+    objects are small: sending the body at once costs nothing. The header is not signed (SigV4 skips
+    ``expect``), so it is removed just before sending.
+    """
+    if not _fs_class:
+        import s3fs
+
+        class ControlS3FileSystem(s3fs.S3FileSystem):  # type: ignore[misc]
+            async def set_session(self, refresh: bool = False, kwargs: Any = None) -> Any:
+                client = await super().set_session(refresh, kwargs or {})
+                client.meta.events.register(
+                    "before-send.s3.PutObject", _no_expect_continue, unique_id="fencedlake-no-expect-continue"
+                )
+                return client
+
+        _fs_class.append(ControlS3FileSystem)
+    return _fs_class[0]
+
+
 def s3_filesystem(io_properties: Mapping[str, str]) -> Any:
     """One S3FileSystem per distinct configuration, reused: clients are costly to build."""
-    import s3fs
-
     relevant = tuple(sorted((k, v) for k, v in io_properties.items() if k.startswith(("s3.", "client."))))
     with _fs_lock:
         fs = _fs_cache.get(relevant)
@@ -134,11 +193,16 @@ def s3_filesystem(io_properties: Mapping[str, str]) -> Any:
             region = props.get("s3.region") or props.get("client.region")
             if region:
                 client_kwargs["region_name"] = region
-            config: dict[str, Any] = {}
+            config: dict[str, Any] = {
+                "connect_timeout": _seconds(props, "s3.connect-timeout", CONNECT_TIMEOUT_S),
+                "read_timeout": _seconds(props, "s3.request-timeout", READ_TIMEOUT_S),
+                "retries": {"max_attempts": MAX_ATTEMPTS, "mode": "standard"},
+            }
             if props.get("s3.force-virtual-addressing", "").lower() != "true":
                 config["s3"] = {"addressing_style": "path"} if "s3.endpoint" in props else {}
-            fs = s3fs.S3FileSystem(
+            fs = _filesystem_class()(
                 client_kwargs=client_kwargs, config_kwargs=config, skip_instance_cache=True, **kwargs
             )
+            fs.retries = 1  # botocore's retries above are the only ones: s3fs would multiply them
             _fs_cache[relevant] = fs
         return fs

@@ -236,7 +236,7 @@ def _result_json(result: Any, **extra: Any) -> str:
             "conflicts": result.conflicts,
             "attempts": result.attempts,
             "by_peer": result.by_peer,
-            "helped": result.helped,
+            "for_peers": result.for_peers,
             "latency_ms": result.latency_ms,
             "catalog_commits": result.catalog_commits,
         }

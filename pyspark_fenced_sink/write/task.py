@@ -42,12 +42,12 @@ from pyiceberg.table.locations import LocationProvider, load_location_provider
 from pyiceberg.typedef import Record
 
 from pyspark_fenced_sink import failpoints
-from pyspark_fenced_sink.errors import WriteRejectedError
+from pyspark_fenced_sink.errors import ServiceError, WriteRejectedError
 from pyspark_fenced_sink.iceberg.codec.datafiles import data_file_layout_version, encode_data_file
 from pyspark_fenced_sink.iceberg.codec.fileio import cached_file_io
 from pyspark_fenced_sink.iceberg.codec.row_filter import filter_columns, row_violations
 from pyspark_fenced_sink.iceberg.codec.write_properties import dictionary_columns
-from pyspark_fenced_sink.masking import redact
+from pyspark_fenced_sink.masking import mask_secrets, redact
 from pyspark_fenced_sink.protocol.filetag import FileTag
 from pyspark_fenced_sink.protocol.upsert import UpsertSpec
 from pyspark_fenced_sink.write.arrowcast import conform_batch
@@ -322,6 +322,15 @@ class _TaskWriter:
                 logger.warning("could not delete %s of a failed task (gc will): %s", path, e)
 
 
+def _storage_failure(error: BaseException) -> bool:
+    """True for what a data file's upload raises when the object store fails.
+
+    pyarrow's and fsspec's ``OSError`` s (an ``AWS Error NETWORK_CONNECTION``, a cut multipart upload),
+    botocore's errors where s3fs writes (matched by module: executors do not import botocore for this).
+    """
+    return isinstance(error, OSError) or (type(error).__module__ or "").split(".")[0] in ("botocore", "aiobotocore")
+
+
 def write_task(spec: WriteSpec, batches: Iterator[pa.RecordBatch], task: TaskInfo) -> WriteResult:
     """Write one task's Arrow batches into data files of ``spec``'s table.
 
@@ -338,6 +347,8 @@ def write_task(spec: WriteSpec, batches: Iterator[pa.RecordBatch], task: TaskInf
             the driver validates schemas first). The task's files are deleted.
         InvalidOptionsError: a table property has an invalid value.
         WriteRejectedError: a row does not satisfy the ``replace-where`` filter (nothing of it was written).
+        ServiceError: the object store failed (a reset, a cut or timed-out response, an outage); the task's
+            files are deleted where the store lets us.
     """
     writer = _TaskWriter(spec, task)
     try:
@@ -345,6 +356,17 @@ def write_task(spec: WriteSpec, batches: Iterator[pa.RecordBatch], task: TaskInf
             if batch.num_rows:
                 writer.add(batch)
         return writer.finish()
+    except Exception as e:
+        writer.abort()
+        if not _storage_failure(e):
+            raise
+        raise ServiceError(
+            f"writing a data file of table {spec.table} failed in the object store "
+            f"({type(e).__name__}: {mask_secrets(str(e))[:300]}); nothing of this write is durable: Spark retries "
+            "the task, and a write that failed can be run again",
+            service="storage",
+            retryable=not isinstance(e, PermissionError),
+        ) from e
     except BaseException:
         writer.abort()
         raise

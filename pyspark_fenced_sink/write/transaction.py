@@ -168,7 +168,12 @@ class WriteTransaction:
         table = opened.table
         metadata = table.metadata
         uuid = str(metadata.table_uuid)
-        identity = None if streaming else open_writer(opened.ctx, opts.writer_id, view=opened.view)
+        from pyspark_fenced_sink.iceberg.service_errors import service_errors
+
+        # A writer.id's fence barrier reads and may commit the table: a catalog or storage failure there is a
+        # ServiceError like any before the data entry's put (PROTOCOL.md §4), never the client's own error.
+        with service_errors(opts.catalog, opts.table, io_properties(table)):
+            identity = None if streaming else open_writer(opened.ctx, opts.writer_id, view=opened.view)
         tag = FileTag(
             writer=str(opts.writer_id) if identity is None else identity.writer,
             ephemeral=False if identity is None else identity.ephemeral,
@@ -231,7 +236,11 @@ class WriteTransaction:
         else:
             writer = str(opts.writer_id)
             run = self._run(written, batch_id)
-            epoch = stream_epoch(ctx, view.state, writer, run, written.query)
+            from pyspark_fenced_sink.iceberg.codec.fileio import io_properties
+            from pyspark_fenced_sink.iceberg.service_errors import service_errors
+
+            with service_errors(opts.catalog, opts.table, io_properties(table)):  # a run's barrier: before the put
+                epoch = stream_epoch(ctx, view.state, writer, run, written.query)
             identity = WriterIdentity(writer, False, epoch, view.state.upper, run)
             strict, batch = True, batch_id
         marker = self._marker(written, batch_id)

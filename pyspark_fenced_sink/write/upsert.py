@@ -4,7 +4,7 @@
 table's schema) by ``upsert-delete-where``: rows the filter holds for are delete
 rows, reduced to their key and order columns and buffered; the rest go to the
 task's data files. At the end of the task the buffered keys become one
-delete-key file under the control root (``iceberg.key_files``). A null key, or a
+delete-key file under the control root (``iceberg.codec.key_files``). A null key, or a
 data row with a null in a required column, fails the task with
 ``WriteRejectedError`` before anything is committed.
 

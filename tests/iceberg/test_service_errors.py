@@ -119,3 +119,16 @@ def test_a_missing_postgres_driver_names_the_extra(monkeypatch: pytest.MonkeyPat
     uri = f"postgresql+psycopg2://lake@127.0.0.1:{_closed_port()}/lake"
     with pytest.raises(InvalidOptionsError, match=r"pip install 'pyspark-fenced-sink\[postgres\]'"):
         load_catalog(catalog_config(properties={"type": "sql", "uri": uri, "pool_pre_ping": "true"}))
+
+
+def test_a_metadata_file_read_back_cut_short_is_a_retryable_storage_error() -> None:
+    """pyiceberg's parse error of an empty (cut) metadata file is a retryable ServiceError naming the storage."""
+    from pyiceberg.table.metadata import TableMetadataUtil
+
+    try:
+        TableMetadataUtil.parse_raw("")
+    except Exception as e:  # noqa: BLE001 - pydantic's ValidationError, as pyiceberg raises it
+        error = e
+    typed = classify(error, catalog_config(properties={"type": "sql", "uri": "sqlite://"}), "db.t")
+    assert isinstance(typed, ServiceError) and typed.retryable and typed.service == "storage", typed
+    assert "incomplete object" in str(typed)

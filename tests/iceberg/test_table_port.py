@@ -131,7 +131,7 @@ def test_group_commit_applies_every_pending_entry_at_once(wh: str) -> None:
     for i in range(5):  # five drivers put their entries and die before committing
         ctx.wal.append(_prepared_entry(wh, f"dead{i}", 100 + i * 10, 10), start=0)
     result = sink_write(wh, TABLE, rows("b", 1, 1))
-    assert result.catalog_commits == 1 and result.group == 6 and result.helped == 5
+    assert result.catalog_commits == 1 and result.group == 6 and result.for_peers == 5
     assert table_ids(wh, TABLE) == [0, 1, *range(100, 150)]
 
 
@@ -154,7 +154,7 @@ def test_unknown_commit_outcome_is_resolved_by_reading_back(wh: str, monkeypatch
     result = sink_write(wh, TABLE, rows("b", 10, 10))
     assert result.outcome is Outcome.APPLIED and result.unknowns == 1
     # the commit that landed was this writer's own: counted as such, not as a peer's
-    assert (result.by_peer, result.catalog_commits, result.helped, result.group) == (False, 1, 1, 2)
+    assert (result.by_peer, result.catalog_commits, result.for_peers, result.group) == (False, 1, 1, 2)
     assert table_ids(wh, TABLE) == [*range(20), *range(100, 110)]
 
 
@@ -165,6 +165,28 @@ def test_conflicting_commit_removes_its_manifests_and_retries(wh: str, monkeypat
     fail_next_commits(monkeypatch, catalog)
     result = sink_write(wh, TABLE, rows("b", 5, 5))
     assert (result.outcome, result.conflicts, result.catalog_commits) == (Outcome.APPLIED, 1, 1)
+    assert table_ids(wh, TABLE) == list(range(10))
+
+
+def test_storage_failure_while_writing_manifests_is_retried_not_left_unknown(
+    wh: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An OSError writing the commit's manifests (nothing sent to the catalog) is retried: APPLIED, not unknown."""
+    from pyspark_fenced_sink.iceberg.commit.branches import StagedCommit
+
+    sink_write(wh, TABLE, rows("a", 0, 5))
+    real = StagedCommit.finish
+    calls: list[int] = []
+
+    def fails_once(self: StagedCommit, producer: Any) -> None:
+        calls.append(1)
+        if len(calls) == 1:
+            raise OSError("When uploading part for key 'metadata/snap.avro': connection reset (injected)")
+        real(self, producer)
+
+    monkeypatch.setattr(StagedCommit, "finish", fails_once)
+    result = sink_write(wh, TABLE, rows("b", 5, 5))
+    assert (result.outcome, result.unknowns, result.conflicts, result.catalog_commits) == (Outcome.APPLIED, 0, 1, 1)
     assert table_ids(wh, TABLE) == list(range(10))
 
 
@@ -199,10 +221,10 @@ def test_lagging_writer_finds_its_outcome_in_a_peer_commit_record(wh: str) -> No
     claimed = ctx.wal.claim(mine, view.state.upper)
     for i in range(3):
         sink_write(wh, TABLE, rows("peer", 10 + i, 1))
-    from pyspark_fenced_sink.protocol.commit import _drive
+    from pyspark_fenced_sink.protocol.committer import Committer
     from pyspark_fenced_sink.protocol.progress import Progress
 
-    result = _drive(ctx, claimed, view, Progress(t0=ctx.now()))
+    result = Committer(ctx, claimed, view, Progress(t0=ctx.now())).run()
     assert result.outcome is Outcome.APPLIED and result.by_peer and result.catalog_commits == 0
     assert table_ids(wh, TABLE).count(100) == 1
 

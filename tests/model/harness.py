@@ -30,18 +30,20 @@ a compaction's output those of its inputs (``keys``; :func:`keys_of`).
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import random
 import uuid
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from pyspark_fenced_sink.errors import (
     CommitOutcomeUnknownError,
     CorruptControlDataError,
+    FencedLakeError,
     FencedWriterError,
     InvalidOptionsError,
     SkipRefused,
@@ -51,6 +53,7 @@ from pyspark_fenced_sink.errors import (
 )
 from pyspark_fenced_sink.ops.gc import collectable, expire_writes, truncate_wal
 from pyspark_fenced_sink.protocol.commit import recorded_token, recover
+from pyspark_fenced_sink.protocol.committer import Committer
 from pyspark_fenced_sink.protocol.context import CommitContext
 from pyspark_fenced_sink.protocol.entry import MAIN_BRANCH, TOKEN_CHARS, EntryKind, WalEntry, WriteMode, decode_entry
 from pyspark_fenced_sink.protocol.fencing import WriterIdentity, open_writer, stream_epoch
@@ -62,13 +65,13 @@ from pyspark_fenced_sink.protocol.publish import publish_entry
 from pyspark_fenced_sink.protocol.reconcile import Outcome
 from pyspark_fenced_sink.protocol.repair import repair_state, skip_position
 from pyspark_fenced_sink.protocol.view import TableIdentity, bind
-from pyspark_fenced_sink.protocol.wal import Wal
+from pyspark_fenced_sink.protocol.wal import SEAL_WRITER, Wal
 from pyspark_fenced_sink.store.memory import MemoryStore
 
 from . import upsert_oracle, upserts
 from .memory_port import NAME, MemoryCatalog, MemoryTable, MemoryTablePort
 from .oracle import replay
-from .sched import Scheduler
+from .sched import Scheduler, ScheduleStuck
 
 #: The key prefix of rows another engine wrote (no WAL entry carries them; ``tests/model/foreign.py``).
 OTHER = "other-engine:"
@@ -159,10 +162,14 @@ class Env:
     #: Whether a schedule gets upsert writers (``upserts.spawn``): a stream of its own, so a schedule without
     #: them draws from ``feat`` exactly as before upserts existed.
     upsert_draw: random.Random = field(default_factory=random.Random)
+    #: How long a ``writer.id`` job's tasks run between its open and its commit (the Spark shape).
+    tasks: random.Random = field(default_factory=random.Random)
     #: Model files may hold NaN rows in ``v`` (a double in the in-memory catalog; the SQLite backend's is a long).
     nan_rows: bool = True
     #: State of the processes ``tests/model/foreign.py`` adds (stream readers), by name.
     extra: dict[str, Any] = field(default_factory=dict)
+    #: Waits no writer should have made (``_watch_waits``): a waiter behind barriers and seals only.
+    needless_waits: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if not self.catalog.created:
@@ -186,6 +193,7 @@ class Env:
         proc = self.sched.current()
         if proc is not None and kind == "list" and proc.name in self.stall_after_list:
             proc.weight = 0.02  # listed: now it crawls until its put
+            self.extra["stalled after list"] = proc.name
         self.sched.checkpoint()
 
     def _put_fault(self, key: str) -> str | None:
@@ -453,6 +461,8 @@ def batch_job(env: Env, name: str, writer: str, batch: int, retries: int = 1) ->
         ctx, view, ident = opened
         write.barrier = (int(ident.epoch or 0), str(ident.barrier_token))
         env.opens.append((writer, int(ident.epoch or 0), str(ident.barrier_token)[:TOKEN_CHARS], env.sched.clock))
+        for _ in range(env.tasks.randint(0, 40)):  # its tasks run (others go on): its barrier is pending meanwhile
+            env.sched.checkpoint()
         files = env.write_files(_tag(ctx, writer, False, ident.epoch, ident.opened, batch), write.key, 1)
         _run_write(env, write, data_entry(ident, files, batch=batch, spec_id=view.spec_id), ctx)
         if not isinstance(write.error, FencedWriterError):
@@ -478,8 +488,16 @@ def zombie_job(env: Env, name: str) -> None:
 
 
 def newer_job(env: Env, name: str, delay: float) -> None:
-    """The newer incarnation of writer ``late``: opens after the zombie, then writes batch 1."""
+    """The newer incarnation of writer ``late``: opens after the zombie listed for its data put, then writes batch 1.
+
+    It waits for that moment in scheduler steps (at most a few hundred), not on the clock: every process's sleep
+    moves the model's one clock, so a delay alone would often open the newer incarnation before the zombie.
+    """
     env.sched.sleep(delay)
+    for _ in range(400):
+        if env.extra.get("stalled after list") == "zombie":
+            break
+        env.sched.checkpoint()
     batch_job(env, name, "late", 1, retries=0)
 
 
@@ -500,7 +518,7 @@ def stream_run(
             view = ctx.load()
             current = view.state.writers.get(writer)
             epoch = stream_epoch(ctx, view.state, writer, run, query)
-            env.opens.append((writer, epoch, "", env.sched.clock))
+            env.opens.append((writer, epoch, f"run:{run}", env.sched.clock))  # its barrier names the run
         except FencedWriterError as e:
             write.error = e
             env.fences.append((name, writer, run, current.run if current else None))
@@ -702,7 +720,7 @@ def build_schedule(env: Env) -> None:
         spawn("zombie", lambda: zombie_job(env, "zombie"), crashable=False)
         delay = feat.uniform(0.05, 0.3)
         spawn("newer", lambda: newer_job(env, "newer", delay), crashable=False)
-        for i in range(2):
+        for i in range(4):  # they take positions above the zombie's claim, so newer's barrier lands above it
             spawn(f"jumper{i}", lambda i=i: anon_write(env, f"jumper{i}", Target()))
     if rng.random() < 0.4:
         spawn("gc", lambda: gc_process(env, rng.randint(1, 6)))
@@ -779,7 +797,9 @@ def run_schedule(
 ) -> list[str]:
     """Run one schedule; return the invariant violations (empty if none).
 
-    ``stats`` (if given) is updated with counts of the hard cases the schedule reached.
+    Each violation starts with the invariants it breaks (``"I1/I9: ..."``) or a rule of the model's
+    own (``tests/model/mutation.RULES``). ``stats`` (if given) is updated with counts of the hard
+    cases the schedule reached.
     """
     rng = random.Random(seed)
     faults = Faults(
@@ -795,15 +815,56 @@ def run_schedule(
     env.pace = spread.choice([None, None, 20.0, 60.0, 150.0])
     env.zombie = env.pace is not None and spread.random() < 0.3
     env.upsert_draw = random.Random(seed * 1_000_037 + 13)  # its own stream too (``upserts.spawn``)
+    env.tasks = random.Random(seed * 1_000_039 + 17)  # how long a writer.id job's tasks run (its own stream)
     if backend is not None:
         backend.install(env, seed)
     build_schedule(env)
-    env.sched.run()
-    finals = _finish_tables(env, backend)
+    try:
+        with _watch_waits(env):
+            env.sched.run()
+        finals = _finish_tables(env, backend)
+    except ScheduleStuck as e:
+        return [f"I5: processes still ran when the step budget ran out: {e}"]
+    except FencedLakeError as e:  # the final repair and recover, with every fault gone, must finish each table
+        return [f"I5: the final recover raised {type(e).__name__}: {e}"]
     if stats is not None:
         stats.update(coverage(env, finals))
-    violations = check(env, finals)
+    violations = env.needless_waits[:3] + check(env, finals)
     return violations + (backend.verify(env) if backend is not None else [])
+
+
+@contextlib.contextmanager
+def _watch_waits(env: Env) -> Iterator[None]:
+    """Check every sleep of a waiting writer against the WAL as it is (PROTOCOL.md §3, "one committer at a time").
+
+    A waiter sleeps only behind an entry it read whose writer commits it (``protocol.waiting.Ahead``). The
+    entry it waits behind must really be one: never a barrier or a seal skip, which nobody commits for its
+    own sake — a writer waiting behind those waits out a patience for nothing.
+    """
+    original = Committer.sleep
+
+    def sleep(self: Committer) -> Any:
+        upper = self.view.state.upper
+        blocker = self.waiting.ahead.blocker(upper)
+        store = self.ctx.wal.store
+        raw = store.objects.get(wal_key(blocker)) if blocker is not None and isinstance(store, MemoryStore) else None
+        try:
+            found = decode_entry(raw) if raw is not None else None
+        except CorruptControlDataError:
+            found = None
+        if found is not None and (found.kind is EntryKind.FENCE or found.writer == SEAL_WRITER):
+            proc = env.sched.current()
+            env.needless_waits.append(
+                f"I5: {proc.name if proc else '?'} waited at WAL seq {self.seq} (upper {upper}) behind "
+                f"position {blocker}, a {found.kind.value} nobody commits for its own sake"
+            )
+        return original(self)
+
+    Committer.sleep = sleep  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        Committer.sleep = original  # type: ignore[method-assign]
 
 
 def _entries(store: MemoryStore) -> dict[int, WalEntry]:
@@ -1021,7 +1082,16 @@ def _check_fencing_in_time(
     opened: dict[str, list[tuple[int, float]]] = {}
     for writer, epoch, token, at in env.opens:
         found = outcome_at.get(epoch)
-        if found is not None and found[1] is Outcome.BARRIER and (not token or found[0] == token):
+        if found is None or found[1] is not Outcome.BARRIER:
+            continue
+        barrier = by_token.get(found[0])
+        # A batch open names its barrier's token; a streaming run its run id (an earlier table behind the same
+        # name may have had a barrier at the same position: only the opener's own one counts).
+        if token.startswith("run:"):
+            ours = barrier is not None and barrier.writer == writer and barrier.run == token[4:]
+        else:
+            ours = found[0] == token
+        if ours:
             opened.setdefault(writer, []).append((epoch, at))
     v = []
     for seq, (tok, outcome) in outcome_at.items():

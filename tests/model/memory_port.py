@@ -11,7 +11,7 @@ re-create, rename, purge, removing or editing the state property, changing
 and reverting the partition spec — are methods here, so the model can run
 them between protocol steps. The port can inject unknown commit outcomes and,
 to prove the model catches it, emulate pyiceberg's own retry, which rebases a
-stale commit onto the new head instead of failing (``rebase_on_conflict``).
+stale commit onto the new tip instead of failing (``rebase_on_conflict``).
 """
 
 from __future__ import annotations
@@ -154,9 +154,9 @@ class Foreign:
 
     Attributes:
         kind: ``append`` (its file, possibly with a minimal summary), ``delete`` (paths removed from main),
-            ``rollback`` (main back to ``target``), ``replace-main`` (main to branch ``branch``'s head),
-            ``reset`` (branch ``branch`` to main's head), ``fork`` (branch ``branch`` created at main's
-            head), ``drop-ref`` (branch removed), ``rename`` (a column renamed; no change to files).
+            ``rollback`` (main back to ``target``), ``replace-main`` (main to branch ``branch``'s tip),
+            ``reset`` (branch ``branch`` to main's tip), ``fork`` (branch ``branch`` created at main's
+            tip), ``drop-ref`` (branch removed), ``rename`` (a column renamed; no change to files).
         branch: The branch it changed.
         file: ``append``: the file.
         paths: ``delete``: the paths removed.
@@ -198,16 +198,16 @@ def _by_statistics(f: Mapping[str, Any], k: int) -> Match:
     return Match.UNPROVEN if absent is not None else Match.SOME
 
 
-def filter_names(t: MemoryTable, head: WalEntry) -> dict[str, str]:
+def filter_names(t: MemoryTable, lead: WalEntry) -> dict[str, str]:
     """The current names of a replace-where's columns, by the field ids it was planned with.
 
     Raises:
         EntryRefused: a column was dropped.
     """
-    return rules.filter_columns_now(head.filter_ids, t.columns)
+    return rules.filter_columns_now(lead.filter_ids, t.columns)
 
 
-def live_files(t: MemoryTable, branch: str, head: WalEntry) -> Files:
+def live_files(t: MemoryTable, branch: str, lead: WalEntry) -> Files:
     """The files a replacing ``head`` is applied against: those live on its branch now (apply time)."""
     return t.live(branch)
 
@@ -216,38 +216,38 @@ def apply_plan(t: MemoryTable, plan: ReconcilePlan, entries: Mapping[int, WalEnt
     """What one commit of ``plan`` does to ``t`` (caller holds ``t.lock``).
 
     Raises:
-        EntryRefused: the plan's head cannot be applied (``seq`` names it); nothing changed.
+        EntryRefused: the plan's lead entry cannot be applied (``seq`` names it); nothing changed.
     """
-    head = entries[plan.head] if plan.head is not None else None
+    lead = entries[plan.lead] if plan.lead is not None else None
     branch = plan.branch
     added = [f for s in plan.apply for f in entries[s].files]
     doomed: set[str] = set()
     rows = upserts.RowChanges()
-    if head is not None and plan.mode is WriteMode.PUBLISH:
-        source = str(head.branch)
+    if lead is not None and plan.mode is WriteMode.PUBLISH:
+        source = str(lead.branch)
         try:
             target = rules.check_fast_forward(source, t.heads[MAIN_BRANCH], t.heads.get(source), t.history_view())
         except EntryRefused as e:
-            raise EntryRefused(e.reason, plan.head) from e
+            raise EntryRefused(e.reason, plan.lead) from e
         files, changed = list(t.branches[source]), False
         t.heads[MAIN_BRANCH] = target
         t.deletes[MAIN_BRANCH] = dict(upserts.branch_deletes(t, source))
     else:
-        live = live_files(t, branch, head) if head is not None and plan.mode.replaces_rows else t.live(branch)
-        if head is not None and plan.mode.replaces_rows:
+        live = live_files(t, branch, lead) if lead is not None and plan.mode.replaces_rows else t.live(branch)
+        if lead is not None and plan.mode.replaces_rows:
             by_path = {str(f["p"]): f for f in live}
             described = [LiveFile(p, int(f.get("s", 0)), tuple(f.get("pt", ()))) for p, f in by_path.items()]
-            if head.row_filter:
+            if lead.row_filter:
                 try:
-                    filter_names(t, head)
+                    filter_names(t, lead)
                 except EntryRefused as e:
-                    raise EntryRefused(e.reason, plan.head) from e
-            match = model_match(head.row_filter) if head.row_filter else None
+                    raise EntryRefused(e.reason, plan.lead) from e
+            match = model_match(lead.row_filter) if lead.row_filter else None
             classify = (lambda x: match(by_path[x.path])) if match else None
             try:
-                doomed = {x.path for x in rules.removals(head, described, classify)}
+                doomed = {x.path for x in rules.removals(lead, described, classify)}
             except EntryRefused as e:
-                raise EntryRefused(e.reason, plan.head) from e
+                raise EntryRefused(e.reason, plan.lead) from e
         rows = upserts.row_changes(t, plan, entries, branch, t.live(branch))
         files = [f for f in t.live(branch) if str(f["p"]) not in doomed] + added
         changed = bool(added or doomed or rows.added)

@@ -16,23 +16,23 @@ the bugs this project exists to prevent. A failing seed reproduces with
 
 from __future__ import annotations
 
-import contextlib
 import os
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import replace
 
 import pytest
 
 import pyspark_fenced_sink.iceberg.planning.lineage as lineage_module
-import pyspark_fenced_sink.protocol.commit as commit_module
+import pyspark_fenced_sink.protocol.committer as committer_module
 import pyspark_fenced_sink.protocol.context as context_module
 import pyspark_fenced_sink.protocol.entry as entry_module
 import pyspark_fenced_sink.protocol.fencing as fencing_module
 import pyspark_fenced_sink.protocol.reconcile as reconcile_module
 import pyspark_fenced_sink.protocol.replace as replace_module
 import pyspark_fenced_sink.protocol.view as view_module
+import pyspark_fenced_sink.protocol.waiting as waiting_module
 import pyspark_fenced_sink.protocol.wal as wal_module
 from pyspark_fenced_sink.errors import InvalidOptionsError, StoreError
 from pyspark_fenced_sink.protocol.entry import WriteMode
@@ -45,6 +45,7 @@ from pyspark_fenced_sink.store.memory import MemoryStore
 from . import harness as harness_module
 from . import memory_port as memory_port_module
 from .harness import run_schedule
+from .mutation import ModelCrash, Mutant, MutantSurvived, catch
 from .sqlite_backend import SqliteBackend
 
 pytestmark = pytest.mark.model
@@ -61,7 +62,9 @@ def _seeds() -> range:
 #: Schedules whose writers once ran out of time (I5): long runs of seal skips below barriers, passed two
 #: positions per commit by committers whose group limit was 2, while upserts and appends took commits apart.
 #: Only the entries a commit applies count toward the limit, and a plan reads on past the rest (PROTOCOL.md §5).
-SKIP_RUN_SEEDS = (360, 6677)
+#: (Seeds 360 and 6677 first; re-picked when issue 31's commit loop changed the requests a schedule makes: the
+#: two schedules among the first 500 with the longest runs of skips beside applied upserts.)
+SKIP_RUN_SEEDS = (22, 420)
 
 
 @pytest.mark.parametrize("seed", SKIP_RUN_SEEDS)
@@ -126,19 +129,6 @@ def test_random_schedules_keep_every_invariant() -> None:
             "stream refused (main lost delivered rows)",
         ):
             assert stats[case] > 0, f"no schedule reached {case!r}: the model lost coverage"
-
-
-def _patched(target: object, name: str, value: object) -> contextlib.AbstractContextManager[None]:
-    @contextlib.contextmanager
-    def cm() -> Iterator[None]:
-        old = getattr(target, name)
-        setattr(target, name, value)
-        try:
-            yield
-        finally:
-            setattr(target, name, old)
-
-    return cm()
 
 
 def _decide_turning(outcome: Outcome) -> Callable[..., object]:
@@ -301,108 +291,98 @@ def _seal_without_looking_up(self, upper, claimed):  # type: ignore[no-untyped-d
     return []
 
 
-@contextlib.contextmanager
-def _both(*patches: contextlib.AbstractContextManager[None]) -> Iterator[None]:
-    with contextlib.ExitStack() as stack:
-        for patch in patches:
-            stack.enter_context(patch)
-        yield
-
-
+#: Each broken variant, the invariant it must be caught by, and what it patches (``mutation.Mutant``).
 MUTANTS = {
-    "pyiceberg retry on (rebases stale commits)": (contextlib.nullcontext(), {"rebase_on_conflict": True}),
-    "two-way position (below the upper is stashed)": (_patched(commit_module, "position", _two_way_position), {}),
-    "two-way batch ids (duplicates applied)": (
-        _patched(reconcile_module, "_decide", _decide_turning(Outcome.DUPLICATE)),
-        {},
+    "pyiceberg retry on (rebases stale commits)": Mutant("I2", rebase_on_conflict=True),
+    "two-way position (below the upper is stashed)": Mutant("I5", (committer_module, "position", _two_way_position)),
+    # A replay applied again: files the table references are deleted as a duplicate's (never caught as I1 here).
+    "two-way batch ids (duplicates applied)": Mutant(
+        "I6", (reconcile_module, "_decide", _decide_turning(Outcome.DUPLICATE))
     ),
-    "no fencing (zombie entries applied)": (_patched(reconcile_module, "_decide", _decide_turning(Outcome.FENCED)), {}),
-    "plain PUT instead of put-if-absent": (_patched(MemoryStore, "put_if_absent", _plain_put), {}),
-    "retried put guesses instead of reading the token": (_patched(wal_module, "claim_key", _no_token_check), {}),
-    "control data bound to the location, not the table UUID": (
-        _patched(view_module, "control_root", _root_of_location),
-        {},
+    "no fencing (zombie entries applied)": Mutant("I4", (reconcile_module, "_decide", _decide_turning(Outcome.FENCED))),
+    # A peer's entry overwritten in its WAL position.
+    "plain PUT instead of put-if-absent": Mutant("I6", (MemoryStore, "put_if_absent", _plain_put)),
+    "retried put guesses instead of reading the token": Mutant("I7", (wal_module, "claim_key", _no_token_check)),
+    "control data bound to the location, not the table UUID": Mutant(
+        "I8", (view_module, "control_root", _root_of_location)
     ),
-    "a lost state property is read as fresh": (
-        _both(
-            _patched(context_module, "bind", _bind_lost_state_as_fresh),
-            _patched(harness_module, "bind", _bind_lost_state_as_fresh),
-        ),
-        {},
+    # Read as fresh, the table's log is reconciled from position 0 again.
+    "a lost state property is read as fresh": Mutant(
+        "I3", (context_module, "bind", _bind_lost_state_as_fresh), (harness_module, "bind", _bind_lost_state_as_fresh)
     ),
-    "a decision on catalog facts is reported without a commit": (
-        _patched(reconcile_module.Outcome, "external", property(lambda self: False)),
-        {},
+    "a decision on catalog facts is reported without a commit": Mutant(
+        "I9", (reconcile_module.Outcome, "external", property(lambda self: False))
     ),
-    "truncation deletes the object at upper - 1": (_patched(wal_module.Wal, "truncate", _truncate_to_the_upper), {}),
-    "a barrier trusts the position its put landed in": (
-        _patched(fencing_module, "put_barrier", _trusting_put_barrier),
-        {},
+    "truncation deletes the object at upper - 1": Mutant("I6", (wal_module.Wal, "truncate", _truncate_to_the_upper)),
+    "a barrier trusts the position its put landed in": Mutant(
+        "I4", (fencing_module, "put_barrier", _trusting_put_barrier)
     ),
-    "a fenced streaming run may register again": (_patched(wal_module.Wal, "run_epoch", _no_run_registry), {}),
-    "batch ids judged by the highest applied id": (
-        _patched(reconcile_module, "_judge_batch", _judge_batch_by_the_highest),
-        {},
+    "a fenced streaming run may register again": Mutant("I4", (wal_module.Wal, "run_epoch", _no_run_registry)),
+    "batch ids judged by the highest applied id": Mutant(
+        "I9", (reconcile_module, "_judge_batch", _judge_batch_by_the_highest)
     ),
-    "dynamic overwrite resolved at write time, not apply time": (
-        _patched(memory_port_module, "live_files", _live_at_write_time),
-        {},
+    "dynamic overwrite resolved at write time, not apply time": Mutant(
+        "I1", (memory_port_module, "live_files", _live_at_write_time)
     ),
-    "replace-where removes a straddling file whole": (
-        _patched(replace_module, "removals", _straddlers_removed_whole),
-        {},
+    "replace-where removes a straddling file whole": Mutant(
+        "model", (replace_module, "removals", _straddlers_removed_whole)
     ),
-    "a compaction applied although an input was already removed": (
-        _patched(replace_module, "removals", _compaction_without_liveness),
-        {},
+    "a compaction applied although an input was already removed": Mutant(
+        "model", (replace_module, "removals", _compaction_without_liveness)
     ),
-    "publish without the fast-forward check": (
-        _patched(replace_module, "check_fast_forward", _publish_without_check),
-        {},
+    "publish without the fast-forward check": Mutant(
+        "model", (replace_module, "check_fast_forward", _publish_without_check)
     ),
-    "a commit mixes branches": (_patched(reconcile_module, "_joins", _joins_ignoring("branch")), {}),
-    "a commit mixes snapshot properties": (_patched(reconcile_module, "_joins", _joins_ignoring("properties")), {}),
-    # Other engines at the seams (issue 24; tests/model/foreign.py):
-    "a replace-where bound by column name at apply time": (
-        _patched(replace_module, "filter_columns_now", _filter_by_name),
-        {},
+    "a commit mixes branches": Mutant("model", (reconcile_module, "_joins", _joins_ignoring("branch"))),
+    "a commit mixes snapshot properties": Mutant("model", (reconcile_module, "_joins", _joins_ignoring("properties"))),
+    # Other engines at the seams (issue 24; tests/model/foreign.py). After a rename every committer fails: no progress.
+    "a replace-where bound by column name at apply time": Mutant(
+        "I5", (replace_module, "filter_columns_now", _filter_by_name)
     ),
-    "an absent NaN count read as zero": (_patched(replace_module, "missing_stats", _nan_blind_missing_stats), {}),
-    "'main changed data' read from summary counters only": (
-        _patched(replace_module, "changed_data", _changed_by_counters_only),
-        {},
+    "an absent NaN count read as zero": Mutant("model", (replace_module, "missing_stats", _nan_blind_missing_stats)),
+    "'main changed data' read from summary counters only": Mutant(
+        "model", (replace_module, "changed_data", _changed_by_counters_only)
     ),
-    "a stream offset must stay on main's lineage": (_patched(lineage_module, "rejoin", _never_rejoin), {}),
-    "appends join a replacing entry's commit": (
-        _patched(WriteMode, "takes_appends", property(lambda m: m not in (WriteMode.PUBLISH, WriteMode.COMPACT))),
-        {},
+    "a stream offset must stay on main's lineage": Mutant("stream", (lineage_module, "rejoin", _never_rejoin)),
+    # Appended rows in an overwrite snapshot: a stream reader that skips overwrites never delivers them.
+    "appends join a replacing entry's commit": Mutant(
+        "stream", (WriteMode, "takes_appends", property(lambda m: m not in (WriteMode.PUBLISH, WriteMode.COMPACT)))
     ),
-    "the decoder checks types but not what each kind needs": (
-        _patched(entry_module, "_check_kind", lambda entry: None),
-        {},
+    # A malformed entry (a kind without what it needs) must stay inert, never be reconciled.
+    "the decoder checks types but not what each kind needs": Mutant(
+        "I3", (entry_module, "_check_kind", lambda entry: None)
     ),
-    "a barrier leaves the holes below it open": (_patched(wal_module.Wal, "seal", _seal_nothing), {}),
-    "a barrier is used although a commit may void its position": (
-        _patched(wal_module.Wal, "seal", _seal_without_looking_up),
-        {},
+    "a barrier leaves the holes below it open": Mutant("I4", (wal_module.Wal, "seal", _seal_nothing)),
+    "a barrier is used although a commit may void its position": Mutant(
+        "I4", (wal_module.Wal, "seal", _seal_without_looking_up)
+    ),
+    # Who commits (issue 31): barriers and seals hold nobody up; a plan rests on what was really seen.
+    "barriers and seals hold up the writers behind them": Mutant(
+        "I5", (waiting_module, "commits_own_entry", lambda entry: True)
     ),
 }
 
 
-@pytest.mark.parametrize("mutant", sorted(MUTANTS))
-def test_model_catches_a_broken_protocol(mutant: str) -> None:
-    """Each deliberately broken variant of the protocol violates an invariant within the budget."""
-    patch, kwargs = MUTANTS[mutant]
-    with patch:
-        for seed in range(MUTANT_BUDGET):
-            try:
-                violations = run_schedule(seed, **kwargs)
-            except Exception as e:  # noqa: BLE001 - a crash of the model is a caught bug too
-                violations = [f"{type(e).__name__}: {e}"]
-            if violations:
-                print(f"\n{mutant}: caught at schedule {seed}: {violations[0][:200]}")
-                return
-    pytest.fail(f"mutant {mutant!r} survived {MUTANT_BUDGET} schedules: the model is too weak")
+@pytest.mark.parametrize("name", sorted(MUTANTS))
+def test_model_catches_a_broken_protocol(name: str) -> None:
+    """Each deliberately broken variant of the protocol breaks the invariant it declares within the budget."""
+    caught = catch(MUTANTS[name], range(MUTANT_BUDGET))
+    print(f"\n{name}: {MUTANTS[name].breaks} broken at schedule {caught.seed}: {caught.violations[0][:200]}")
+    assert MUTANTS[name].breaks in caught.invariants
+
+
+def test_a_mutant_that_crashes_the_model_is_not_caught() -> None:
+    """A variant with the wrong signature makes processes raise TypeError: that is a crash, never a catch."""
+    broken = Mutant("I4", (reconcile_module, "_decide", lambda: None))
+    with pytest.raises((ModelCrash, TypeError)):
+        catch(broken, range(3))
+
+
+def test_a_mutant_caught_only_by_another_invariant_survives() -> None:
+    """Schedules that break other invariants than the declared one do not count: the mutant survives."""
+    wrong = Mutant("I8", rebase_on_conflict=True)  # the retry breaks I2 (and I1, I3, I9) at schedule 4
+    with pytest.raises(MutantSurvived, match="I2"):
+        catch(wrong, range(5))
 
 
 SQLITE_SCHEDULES = int(os.environ.get("FENCEDLAKE_MODEL_SQLITE_SCHEDULES", "300"))

@@ -22,6 +22,7 @@ import pyspark_fenced_sink.protocol.upsert as upsert_module
 
 from . import upserts
 from .harness import run_schedule
+from .mutation import Mutant, catch
 
 pytestmark = pytest.mark.model
 
@@ -36,16 +37,6 @@ def _forced(ordered: bool) -> Iterator[None]:
         yield
     finally:
         upserts.FORCED = old
-
-
-@contextlib.contextmanager
-def _patched(target: object, name: str, value: object) -> Iterator[None]:
-    old = getattr(target, name)
-    setattr(target, name, value)
-    try:
-        yield
-    finally:
-        setattr(target, name, old)
 
 
 @pytest.mark.parametrize("ordered", [True, False], ids=["upsert-order", "no-order"])
@@ -95,33 +86,27 @@ def _forget_deletes(tombstones, entry, outcome):  # type: ignore[no-untyped-def]
     return tombstones
 
 
+#: The schedules' upserts with upsert-order, or without (``upserts.FORCED``).
+_ORDERED, _UNORDERED = (upserts, "FORCED", True), (upserts, "FORCED", False)
+
+#: Each broken variant of the upsert rules: caught by the upsert oracle ("rows"), with upsert-order forced on or off.
 MUTANTS = {
-    "order ignored (the later WAL position always wins)": (
-        _patched(upsert_module, "_entry_wins", _order_ignored),
-        True,
+    "order ignored (the later WAL position always wins)": Mutant(
+        "rows", (upsert_module, "_entry_wins", _order_ignored), _ORDERED
     ),
-    "ties by arrival": (_patched(upsert_module, "_entry_wins", _ties_by_arrival), True),
-    "a delete applied to a newer row": (_patched(upsert_module, "_entry_wins", _delete_always_applies), True),
-    "a key's old row left live": (_patched(upsert_module, "_replaced", _old_row_left), False),
-    "deletes not remembered": (_patched(reconcile_module, "remembered", _forget_deletes), True),
-    "a compaction ignores deletes added since it read its inputs": (
-        _patched(replace_module, "check_folded", lambda entry, applying: None),
-        True,
+    "ties by arrival": Mutant("rows", (upsert_module, "_entry_wins", _ties_by_arrival), _ORDERED),
+    "a delete applied to a newer row": Mutant("rows", (upsert_module, "_entry_wins", _delete_always_applies), _ORDERED),
+    "a key's old row left live": Mutant("rows", (upsert_module, "_replaced", _old_row_left), _UNORDERED),
+    "deletes not remembered": Mutant("rows", (reconcile_module, "remembered", _forget_deletes), _ORDERED),
+    "a compaction ignores deletes added since it read its inputs": Mutant(
+        "rows", (replace_module, "check_folded", lambda entry, applying: None), _ORDERED
     ),
 }
 
 
-@pytest.mark.parametrize("mutant", sorted(MUTANTS))
-def test_model_catches_a_broken_upsert(mutant: str) -> None:
-    """Each deliberately broken variant of the upsert rules violates an invariant within the budget."""
-    patch, ordered = MUTANTS[mutant]
-    with patch, _forced(ordered):
-        for seed in range(MUTANT_BUDGET):
-            try:
-                violations = run_schedule(seed)
-            except Exception as e:  # noqa: BLE001 - a crash of the model is a caught bug too
-                violations = [f"{type(e).__name__}: {e}"]
-            if violations:
-                print(f"\n{mutant}: caught at schedule {seed}: {violations[0][:200]}")
-                return
-    pytest.fail(f"mutant {mutant!r} survived {MUTANT_BUDGET} schedules: the model is too weak")
+@pytest.mark.parametrize("name", sorted(MUTANTS))
+def test_model_catches_a_broken_upsert(name: str) -> None:
+    """Each deliberately broken variant of the upsert rules breaks the invariant it declares within the budget."""
+    caught = catch(MUTANTS[name], range(MUTANT_BUDGET))
+    print(f"\n{name}: {MUTANTS[name].breaks} broken at schedule {caught.seed}: {caught.violations[0][:200]}")
+    assert MUTANTS[name].breaks in caught.invariants

@@ -162,15 +162,15 @@ def row_changes(
     """
     current = branch_deletes(t, branch)
     changes = RowChanges()
-    head = entries[plan.head] if plan.head is not None else None
-    if head is not None and plan.mode is WriteMode.COMPACT:
-        inputs = set(head.inputs)
+    lead = entries[plan.lead] if plan.lead is not None else None
+    if lead is not None and plan.mode is WriteMode.COMPACT:
+        inputs = set(lead.inputs)
         applying = {d for d, (path, _) in current.items() if path in inputs}
         try:
-            rules.check_folded(head, applying)
+            rules.check_folded(lead, applying)
         except EntryRefused as e:
-            raise EntryRefused(e.reason, plan.head) from e
-        changes.removed = set(head.folded)
+            raise EntryRefused(e.reason, plan.lead) from e
+        changes.removed = set(lead.folded)
         return changes
     if plan.mode is not WriteMode.UPSERT:
         return changes

@@ -59,7 +59,7 @@ def test_status_reports_the_stats_in_json_and_in_words(wh: str, capsys: pytest.C
     body: dict[str, Any] = json.loads(capsys.readouterr().out)
     assert body["commit_stats"]["commits"] == 4 and body["commit_stats"]["writes_applied"] == 6
     group = [c for c in body["recent_commits"] if c["applied"] == 3]
-    assert len(group) == 1 and group[0]["helped"] == 3 and group[0]["voided"] == 0
+    assert len(group) == 1 and group[0]["for_peers"] == 3 and group[0]["voided"] == 0
     assert main(["status", TABLE, "--warehouse", wh]) == 0
     text = capsys.readouterr().out
     line = next(x for x in text.splitlines() if x.startswith("commit_stats: "))

@@ -116,7 +116,7 @@ def test_the_kind_of_read_is_inferred_from_stream_only_keys() -> None:
 
 def test_no_table_says_how_to_name_one() -> None:
     """A read without a table names the load() path and the table option."""
-    _fails({}, r'no table given: .*\.load\("namespace.table"\) \(reads\)')
+    _fails({}, r'no table given: .*CREATE TEMPORARY VIEW .*\.load\("db.events"\) \(reads\)')
 
 
 def test_write_options_in_a_read_are_ignored() -> None:

@@ -15,7 +15,8 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from pyspark_fenced_sink.protocol.commit import _drive, commit_entry, recover
+from pyspark_fenced_sink.protocol.commit import commit_entry, recover
+from pyspark_fenced_sink.protocol.committer import Committer
 from pyspark_fenced_sink.protocol.context import CommitContext
 from pyspark_fenced_sink.protocol.entry import EntryKind, WalEntry, decode_entry, encode_entry
 from pyspark_fenced_sink.protocol.fencing import new_token, open_writer, put_barrier
@@ -72,8 +73,9 @@ def _table(store: MemoryStore) -> MemoryTable:
     return table
 
 
-def test_waiting_writer_reads_no_entry_and_learns_its_outcome_from_the_heads_commit() -> None:
-    """B, behind A's entry, only reads the table until A's commit (which took B along) passes it."""
+def test_waiting_writer_reads_the_entry_before_its_own_and_learns_its_outcome_from_the_heads_commit() -> None:
+    """B reads A's entry before its own (a data entry: A commits it), then only the table until A's commit
+    (which took B along) passes it."""
     shared = MemoryStore()
     table = _table(shared)
     a_ctx = _ctx(table, shared, Clock())
@@ -88,13 +90,15 @@ def test_waiting_writer_reads_no_entry_and_learns_its_outcome_from_the_heads_com
     b_requests = {k: v - before.get(k, 0) for k, v in b_store.counts.items()}
     assert (result.outcome, result.seq, result.by_peer, result.catalog_commits) == (Outcome.APPLIED, 2, True, 0)
     assert result.waits >= 1 and not result.helper
-    assert b_requests == {"LIST": 1, "PUT_IF_ABSENT": 1}  # its claim; no GET, no second LIST
+    assert b_requests == {"LIST": 1, "PUT_IF_ABSENT": 1, "GET": 1}  # its claim, A's entry; no second LIST
+    assert result.waited_for == "commit"
     assert _files(table) == ["data/a.parquet", "data/b.parquet"]
 
 
 def test_head_candidate_lists_first_and_waits_behind_an_entry_it_had_not_seen() -> None:
     """Our claim saw an empty WAL and took position 1 (a spread claim); a peer took 0 after our LIST. We believe
-    we are the head, so we list before committing, see the peer's entry, and wait: no GET, no CAS of ours."""
+    we are the head, so we list before committing, see the peer's entry, read it (a data entry: its writer
+    commits it) and wait: no CAS of ours."""
     shared, clock = MemoryStore(), Clock()
     table = _table(shared)
     counted = CountingStore(shared)
@@ -107,9 +111,9 @@ def test_head_candidate_lists_first_and_waits_behind_an_entry_it_had_not_seen() 
     claimed = Claimed(2, False, mine, ahead=())
     view = ctx.load()
     counted.counts.clear()
-    result = _drive(ctx, claimed, view, Progress(t0=clock.now()))
+    result = Committer(ctx, claimed, view, Progress(t0=clock.now())).run()
     assert (result.outcome, result.by_peer, result.catalog_commits, result.attempts) == (Outcome.APPLIED, True, 0, 0)
-    assert counted.counts == {"LIST": 1}  # the head check; no entry read
+    assert counted.counts == {"LIST": 1, "GET": 1}  # the head check, and the entry it found before ours
     assert _files(table) == ["data/mine.parquet", "data/peer.parquet"]
 
 
@@ -120,7 +124,7 @@ def test_dead_head_is_helped_after_the_patience() -> None:
     dead_ctx.wal.claim(_entry(dead_ctx, "dead"), 0)  # put, then the process died
     ctx = _ctx(table, store, clock, patience_s=0.5)
     result = commit_entry(ctx, _entry(ctx, "alive"))
-    assert (result.outcome, result.catalog_commits, result.helped, result.helper) == (Outcome.APPLIED, 1, 1, True)
+    assert (result.outcome, result.catalog_commits, result.for_peers, result.helper) == (Outcome.APPLIED, 1, 1, True)
     assert 0.5 <= clock.t < 5.0  # it waited its patience, not its deadline
     record = table.records[-1][1]
     assert record.metrics["hlp"] == 1 and record.metrics["apl"] == 2
@@ -241,3 +245,155 @@ def test_a_plan_reads_at_most_plan_reads_max_positions() -> None:
     records = recover(ctx)
     assert [len(r.outcomes) for r in records] == [PLAN_READS_MAX, 11]
     assert records[-1].outcomes[-1][1] == "A" and table.state.upper == run + 2
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Who commits (issue 31): a present entry nobody commits for its own sake (a barrier, a skip) never makes a
+# writer wait for a timer; only an entry whose writer commits it, or a missing position, can.
+
+
+def _job(ctx: CommitContext, writer: str, batch: int, name: str) -> tuple[Any, WalEntry]:
+    """A writer.id job: its open puts a barrier (its epoch); the data entry comes later, at its commit."""
+    ident = open_writer(ctx, writer)
+    return ident, data_entry(ident, [{"p": f"data/{name}.parquet", "s": 0}], batch=batch)
+
+
+def test_idempotent_job_behind_peers_open_barriers_commits_at_once() -> None:
+    """Jobs B and C opened after A (their barriers lie before A's data entry, their tasks still run): A reads
+    them, sees barriers, and commits at once — no sleep, no helper, one catalog commit that takes the
+    barriers along."""
+    shared, clock = MemoryStore(), Clock()
+    table = _table(shared)
+    a_ctx = _ctx(table, shared, clock, patience_s=5.0)
+    _, a_entry = _job(a_ctx, "job-a", 1, "a")
+    _job(_ctx(table, shared, Clock()), "job-b", 1, "b")
+    _job(_ctx(table, shared, Clock()), "job-c", 1, "c")
+    result = commit_entry(a_ctx, a_entry)
+    assert (result.outcome, result.catalog_commits, result.helper, result.waits) == (Outcome.APPLIED, 1, False, 0)
+    assert clock.t == 0.0  # no timer
+    assert [code for _, code in table.records[-1][1].outcomes] == ["B", "B", "B", "A"]
+    assert "hlp" not in table.records[-1][1].metrics and "why" not in table.records[-1][1].metrics
+
+
+def test_writer_killed_between_its_barrier_and_its_commit_costs_the_others_nothing() -> None:
+    """A job died after its open: its barrier lies before our entry forever. We commit it along, at once."""
+    shared, clock = MemoryStore(), Clock()
+    table = _table(shared)
+    _job(_ctx(table, shared, Clock()), "dead-job", 1, "never")  # its driver was killed after open
+    ctx = _ctx(table, shared, clock, patience_s=5.0)
+    result = commit_entry(ctx, _entry(ctx, "alive"))
+    assert (result.outcome, result.helper, clock.t) == (Outcome.APPLIED, False, 0.0)
+    assert table.state.writers["dead-job"].epoch == 1  # its barrier is reconciled: a re-run fences nothing new
+
+
+def test_paused_writer_after_its_put_costs_one_patience_then_learns_its_outcome() -> None:
+    """A writer paused (GC, SIGSTOP) right after its data put: the writer behind it helps after one patience,
+    applying both; the paused writer, resuming, learns its outcome from the commit record."""
+    shared = MemoryStore()
+    table = _table(shared)
+    paused_ctx = _ctx(table, shared, Clock())
+    paused_entry = _entry(paused_ctx, "paused")
+    claimed = paused_ctx.wal.claim(paused_entry, 1)  # put, then the process stopped
+    clock = Clock()
+    ctx = _ctx(table, shared, clock, patience_s=0.5)
+    result = commit_entry(ctx, _entry(ctx, "behind"))
+    assert (result.outcome, result.helper, result.waited_for, result.for_peers) == (
+        Outcome.APPLIED,
+        True,
+        "stalled",
+        1,
+    )
+    assert 0.5 <= clock.t < 1.5  # one patience, not more
+    resumed = Committer(paused_ctx, claimed, paused_ctx.load(), Progress(t0=0.0)).run()
+    assert (resumed.outcome, resumed.by_peer, resumed.catalog_commits) == (Outcome.APPLIED, True, 0)
+    assert _files(table) == ["data/behind.parquet", "data/paused.parquet"]
+
+
+def test_lost_put_below_ours_is_voided_as_a_declared_hole_without_waiting() -> None:
+    """A peer claimed past position 1 and its put there never landed (the hole is declared by our entry's floor):
+    we are the head, void it in our commit and wait for no timer."""
+    shared, clock = MemoryStore(), Clock()
+    table = _table(shared)
+    ctx = _ctx(table, shared, clock, patience_s=5.0)
+    mine = replace(_entry(ctx, "mine"), floor=1)
+    shared.objects[wal_key(2)] = encode_entry(mine)
+    claimed = Claimed(2, False, mine, ahead=())
+    result = Committer(ctx, claimed, ctx.load(), Progress(t0=clock.now())).run()
+    assert (result.outcome, result.helper, clock.t) == (Outcome.APPLIED, False, 0.0)
+    assert [code for _, code in table.records[-1][1].outcomes] == ["V", "A"]
+
+
+def test_duplicate_rerun_behind_a_peers_pending_barrier_is_committed_not_reported_from_a_plan() -> None:
+    """A re-run of an applied batch finds a peer's barrier before its entry: the DUPLICATE answer rests on a
+    barrier nobody committed yet (an operator could still skip it), so the answer is committed first."""
+    shared = MemoryStore()
+    table = _table(shared)
+    ctx = _ctx(table, shared, Clock())
+    _, first = _job(ctx, "nightly", 7, "first")
+    assert commit_entry(ctx, first).outcome is Outcome.APPLIED
+    _, rerun = _job(ctx, "nightly", 7, "rerun")
+    _job(_ctx(table, shared, Clock()), "other-job", 1, "other")  # a peer opens between our open and our commit
+    before = len(table.records)
+    result = commit_entry(ctx, rerun)
+    assert result.outcome is Outcome.DUPLICATE and result.catalog_commits == 1
+    assert [code for _, code in table.records[before][1].outcomes] == ["B", "B", "D"]
+
+
+def test_four_idempotent_jobs_in_threads_never_wait_out_a_patience() -> None:
+    """Four threads, each a writer.id job that opens, runs its tasks, then commits, five batches each, with a
+    patience far longer than the run: no commit is a helper's, every batch applied exactly once."""
+    import threading
+    import time
+
+    shared = MemoryStore()
+    table = _table(shared)
+    lock = threading.Lock()
+    errors: list[BaseException] = []
+    results: list[Any] = []
+
+    def job(i: int) -> None:
+        try:
+            for batch in range(5):
+                ctx = CommitContext(port=MemoryTablePort(table), wal=Wal(shared), patience_s=30.0, poll_s=0.005)
+                _, entry = _job(ctx, f"job{i}", batch, f"j{i}-b{batch}")
+                time.sleep(0.02)  # its tasks run while the others commit
+                result = commit_entry(ctx, entry)
+                with lock:
+                    results.append(result)
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=job, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not errors and len(results) == 20
+    assert all(r.outcome is Outcome.APPLIED for r in results)
+    assert not any(r.helper for r in results)
+    assert not any(r.metrics.get("hlp") for _, r in table.records)
+    assert len(_files(table)) == 20
+
+
+def test_head_never_plans_on_a_claim_listing_with_a_hole_a_barrier_may_have_filled() -> None:
+    """Our claim listed a skip at 1 and a barrier at 3 that declares 2 a hole, and put at 4. A peer's barrier lands
+    at 2 right after our LIST. Our plan must not rest on that old listing (it would void the new barrier, whose
+    writer would use a voided epoch): we list again and reconcile the barrier at 2."""
+    shared, clock = MemoryStore(), Clock()
+    table = _table(shared)
+    ctx = _ctx(table, shared, clock)
+    skip = WalEntry(kind=EntryKind.SKIP, token=new_token(), writer=SEAL_WRITER, reason=SEAL_REASON)
+    shared.objects[wal_key(1)] = encode_entry(skip)
+    declaring = WalEntry(kind=EntryKind.FENCE, token=new_token(), writer="w3", run="r", floor=2)
+    shared.objects[wal_key(3)] = encode_entry(declaring)
+    late = WalEntry(kind=EntryKind.FENCE, token=new_token(), writer="w2", run="r")
+
+    def barrier_after_our_list(key: str) -> None:
+        if key == wal_key(4) and wal_key(2) not in shared.objects:
+            shared.objects[wal_key(2)] = encode_entry(late)
+
+    shared.before_put = barrier_after_our_list  # type: ignore[assignment]
+    result = commit_entry(ctx, _entry(ctx, "mine"))
+    assert (result.outcome, result.seq) == (Outcome.APPLIED, 4)
+    assert [code for _, code in table.records[-1][1].outcomes] == ["K", "B", "B", "A"]
+    assert table.state.writers["w2"].epoch == 2

@@ -101,7 +101,7 @@ def test_an_outage_past_the_deadline_is_outcome_unknown_and_the_next_writer_appl
 
     peer = _ctx(table, store, MemoryTablePort(table), Clock(), max_wait_s=5)
     result = commit_entry(peer, _entry(peer, "peer"))
-    assert result.outcome is Outcome.APPLIED and result.helped == 1
+    assert result.outcome is Outcome.APPLIED and result.for_peers == 1
     assert sorted(str(f["p"]) for f in table.files) == ["data/peer.parquet", "data/victim.parquet"]
 
 

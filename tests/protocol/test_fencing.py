@@ -135,7 +135,8 @@ def test_zombie_with_the_older_epoch_is_fenced_naming_epoch_and_seq(world: World
     assert (result.seq, result.outcome) == (3, Outcome.APPLIED)
     assert world.live_paths() == ["data/newer-0.parquet"]
     assert world.table.state.writers == {"orders": WriterState(1, "new")}
-    assert [o for _, o in world.table.records[-1][1].outcomes] == ["B", "B", "F", "A"]
+    # The zombie's answer rested on the newer barrier, pending then: it was committed before it was reported.
+    assert [[o for _, o in r.outcomes] for _, r in world.table.records[-2:]] == [["B", "B", "F"], ["A"]]
 
 
 def test_fenced_writer_fails_fast_without_a_wal_put(world: World) -> None:
@@ -251,14 +252,14 @@ def test_streaming_restart_fences_the_old_run(world: World) -> None:
     assert [_stream_batch(world, "run-1", b) for b in (0, 1)] == [Outcome.APPLIED, Outcome.APPLIED]
     assert world.table.state.writers["s"] == WriterState(0, "run-1", "q", BatchIds(((0, 1),)))
     assert _stream_batch(world, "run-2", 1) is Outcome.DUPLICATE
-    # Run 2's replayed batch was a duplicate decided without a commit, so run 1 still looks current: its next
-    # entry lands after run 2's barrier and reconciliation fences it.
-    with pytest.raises(FencedWriterError, match=r"writer 's' epoch 0 was fenced by epoch 3 at WAL seq 5"):
+    # Run 2's replayed batch was a duplicate behind its own registration barrier, pending then: the answer and
+    # the barrier were committed together, so run 1 fails fast from the committed state, without a WAL put.
+    with pytest.raises(FencedWriterError, match=r"writer 's' run run-1 \(epoch 0\) was fenced by epoch 3"):
         _stream_batch(world, "run-1", 2)
     assert _stream_batch(world, "run-2", 2) is Outcome.APPLIED
     assert world.table.state.writers["s"] == WriterState(3, "run-2", "q", BatchIds(((0, 2),)))
     assert world.live_paths() == ["data/run-1-b0-0.parquet", "data/run-1-b1-0.parquet", "data/run-2-b2-0.parquet"]
-    assert world.removed == ["data/run-2-b1-0.parquet", "data/run-1-b2-0.parquet"]
+    assert world.removed == ["data/run-2-b1-0.parquet"]  # run 1's batch 2 never got as far as its files
 
 
 def test_a_zombie_run_registering_late_never_fences_the_newer_run(world: World) -> None:

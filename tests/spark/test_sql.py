@@ -4,7 +4,8 @@ What Spark 4.x passes a Python data source decides what works: a catalog table
 (``CREATE TABLE ... USING fencedlake``) reaches the sink with no options, a
 temporary view declared ``USING fencedlake OPTIONS (...)`` with its options. The
 tests pin both: the view path reads and writes, the catalog path fails with
-the way that works, and Spark's own refusals are what the README says. Also:
+the SQL statement that works (at CREATE where Spark asks the sink, at every
+statement where it does not), and Spark's own refusals are what the README says. Also:
 Iceberg's write option names set this write's file size, and ``tune_session``
 names ``DATA_SOURCE_NOT_FOUND``.
 """
@@ -72,18 +73,38 @@ def test_create_table_using_fencedlake_is_refused_naming_the_view(spark: Any, wh
     assert not spark.catalog.tableExists("cat")
 
 
-def test_insert_into_a_catalog_table_fails_naming_the_way_that_works(spark: Any) -> None:
-    """A catalog table declared with its columns skips the schema call: INSERT reaches the sink with no options
-    and fails with the view statement (never a write to a guessed table)."""
-    spark.sql("CREATE TABLE IF NOT EXISTS typed (id BIGINT) USING fencedlake OPTIONS (table 'sql.typed')")
+_CATALOG_STATEMENTS = {
+    "INSERT INTO": lambda spark: spark.sql("INSERT INTO sqlt VALUES (1, 'a')"),
+    "INSERT OVERWRITE": lambda spark: spark.sql("INSERT OVERWRITE sqlt SELECT id, 'b' FROM range(2)"),
+    "SELECT": lambda spark: spark.sql("SELECT count(*) FROM sqlt").collect(),
+    "INSERT INTO, another session": lambda spark: spark.newSession().sql("INSERT INTO sqlt VALUES (1, 'a')"),
+    "insertInto": lambda spark: spark.createDataFrame([(1, "a")], "id BIGINT, s STRING").write.insertInto("sqlt"),
+    "writeTo": lambda spark: spark.createDataFrame([(1, "a")], "id BIGINT, s STRING").writeTo("sqlt").append(),
+    "CREATE TABLE AS SELECT": lambda spark: spark.sql(
+        "CREATE TABLE sqlt_ctas USING fencedlake OPTIONS (table 'sql.sqlt') AS SELECT 1L AS id, 'a' AS s"
+    ),
+}
+
+
+@pytest.mark.parametrize("statement", list(_CATALOG_STATEMENTS))
+def test_every_statement_on_a_catalog_table_names_the_sql_remedy(spark: Any, wh: str, statement: str) -> None:
+    """CREATE TABLE with columns runs no fencedlake code (nothing can refuse it), and Spark passes none of its
+    OPTIONS on: every statement on it fails with the view statement, columns filled in, before any DataFrame
+    remedy; nothing is written to a guessed table."""
+    spark.sql(f"CREATE TABLE sqlt (id BIGINT, s STRING) USING fencedlake OPTIONS (warehouse '{wh}', table 'sql.sqlt')")
     try:
         with pytest.raises(Exception) as err:  # noqa: PT011 - Spark wraps the sink's error
-            spark.sql("INSERT INTO typed VALUES (1)")
+            _CATALOG_STATEMENTS[statement](spark)
         typed = fencedlake_error(err.value)
-        assert isinstance(typed, InvalidOptionsError)
-        assert "no table given" in str(typed) and "CREATE TEMPORARY VIEW events USING fencedlake" in str(typed)
+        assert isinstance(typed, InvalidOptionsError), err.value
+        text = str(typed)
+        sql_part = text.split("(A DataFrame")[0]
+        assert "DROP TABLE <name>; CREATE TEMPORARY VIEW <name> (`id` BIGINT, `s` STRING) USING fencedlake" in text
+        assert "no table given" in text and ".save(" not in sql_part and ".option(" not in sql_part
+        assert not embedded_catalog(wh).table_exists("sql.sqlt")
     finally:
-        spark.sql("DROP TABLE IF EXISTS typed")
+        spark.sql("DROP TABLE IF EXISTS sqlt")
+        spark.sql("DROP TABLE IF EXISTS sqlt_ctas")
 
 
 @pytest.mark.parametrize(

@@ -269,6 +269,35 @@ def test_many_restarts_with_replayed_batches_equal_the_source(spark: Any, env: d
     assert writer_state(wh, table, "orders-ingest").batches.last == replayed + 1  # type: ignore[union-attr]
 
 
+def test_a_restart_after_a_crash_in_the_file_sources_planning_merges_two_files_into_one_batch(
+    spark: Any, env: dict[str, str]
+) -> None:
+    """Spark's file source logs a batch's files (``sources/0/N``) before the offset log (``offsets/N``); a driver
+    killed between the two leaves a restart that plans files N and N+1 as one batch (docs/SEMANTICS.md,
+    Streaming). The sink applies that batch once: 7 batches for 8 files, every row exactly once."""
+    wh, inp, chk, table = env["wh"], env["inp"], env["chk"], "db.merged"
+
+    def run(warehouse: str) -> None:
+        run_to_end(start_query(spark, input_dir=inp, checkpoint=chk, warehouse=warehouse, table=table, writer_id="m"))
+
+    for f in range(4):
+        write_input(inp, f"f{f}", ids(f * 10, 5))
+    run(wh)  # batches 0-3
+    write_input(inp, "f4", ids(40, 5))
+    run(str(Path(wh).parent / "elsewhere"))  # the file source logs f4 as its batch 4 (the sink writes elsewhere)
+    for log in ("offsets", "commits"):  # the checkpoint as a kill -9 after sources/0/4, before offsets/4 leaves it
+        for name in ("4", ".4.crc"):
+            (Path(chk) / log / name).unlink(missing_ok=True)
+    for f in range(5, 8):
+        write_input(inp, f"f{f}", ids(f * 10, 5))
+    run(wh)
+    assert_exact(wh, table, input_ids(inp))
+    assert sorted(int(p.name) for p in (Path(chk) / "commits").iterdir() if p.name.isdigit()) == list(range(7))
+    assert '"logOffset":5' in (Path(chk) / "offsets" / "4").read_text()  # batch 4 = the source's batches 4 and 5
+    codes = Counter(outcomes(wh, table).values())
+    assert codes["A"] == 7 and codes["D"] == 0, codes
+
+
 def test_processing_time_trigger_across_restarts(spark: Any, env: dict[str, str]) -> None:
     """processingTime trigger: files published while the query runs land once each; stop, publish, restart."""
     wh, inp, chk, table = env["wh"], env["inp"], env["chk"], "db.ticking"

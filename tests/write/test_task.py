@@ -786,3 +786,25 @@ def test_duckdb_reads_the_same_rows(tmp_path: Path, partition_by: str) -> None:
     assert [r["id"] for r in rows] == [r["id"] for r in want]
     for got_row, want_row in zip(rows, want, strict=True):
         assert got_row == want_row
+
+
+def test_object_store_failure_during_a_data_file_upload_is_a_retryable_service_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The store cuts a data file's upload: a typed, retryable ServiceError (not pyarrow's OSError); no file left."""
+    from pyspark_fenced_sink.errors import ServiceError
+    from pyspark_fenced_sink.write import task as task_module
+
+    ws = make_spec(tmp_path)
+    real = task_module._TaskWriter._close_file
+
+    def cut(self: Any, part: Any) -> None:
+        real(self, part)
+        raise OSError("When completing multiple part upload for key 'data/x.parquet': AWS Error NETWORK_CONNECTION")
+
+    monkeypatch.setattr(task_module._TaskWriter, "_close_file", cut)
+    batch = pa.record_batch({"id": pa.array([1, 2], pa.int64())})
+    with pytest.raises(ServiceError, match="nothing of this write is durable") as raised:
+        write_task(ws, iter([batch]), TaskInfo(0, 0, None))
+    assert raised.value.retryable and raised.value.service == "storage"
+    assert list((tmp_path / "wh").rglob("*.parquet")) == []

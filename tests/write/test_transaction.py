@@ -175,3 +175,23 @@ def test_a_replace_where_over_a_straddling_file_is_refused_while_planning(wh: st
     with pytest.raises(WriteRejectedError):
         plan(wh, TABLE, overwrite=True, replace_where="id < 1")
     assert table_ids(wh, TABLE) == [0, 1, 2]
+
+
+def test_catalog_failure_while_a_writer_id_opens_is_a_service_error_not_the_clients(
+    wh: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The fence barrier's table read fails (PostgreSQL dropped the connection): a retryable ServiceError."""
+    from sqlalchemy.exc import OperationalError
+
+    from pyspark_fenced_sink.errors import ServiceError
+    from pyspark_fenced_sink.iceberg.commit.table_port import IcebergTablePort
+
+    sink_write(wh, TABLE, rows("a", 0, 5))
+
+    def dropped(self: IcebergTablePort) -> Any:
+        raise OperationalError("SELECT", {}, Exception("server closed the connection unexpectedly"))
+
+    monkeypatch.setattr(IcebergTablePort, "load", dropped)  # open_table's read is the catalog's; the barrier's is this
+    with pytest.raises(ServiceError) as raised:
+        plan(wh, TABLE, {"writer.id": "orders", "writer.batch-id": "1"})
+    assert raised.value.retryable and raised.value.service == "catalog", raised.value

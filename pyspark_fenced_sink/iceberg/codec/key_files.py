@@ -5,7 +5,7 @@ by the executor to a *delete-key file* under the control root
 (``protocol.layout.keys_key``); a commit that merges remembered deletes writes a
 *tombstone file* of the same shape with one more column, ``_ms`` (when each
 delete was written). Columns carry the table's Iceberg field ids, so
-``iceberg.key_index.key_table`` reads them like data files.
+``iceberg.commit.key_index.key_table`` reads them like data files.
 
 A file is described in the WAL entry (and, once remembered, in the committed
 state) as ``{"p": path, "n": rows, "z": bytes, "lb": {id: b64}, "ub": {id: b64}}``:
@@ -34,7 +34,7 @@ __all__ = ["MS_COLUMN", "decode_bounds", "describe", "write_key_file"]
 #: The column of a tombstone file holding when each delete was written (ms since the epoch).
 MS_COLUMN = "_ms"
 _FIELD_ID = b"PARQUET:field_id"
-#: Key types whose bounds are recorded (the ones ``iceberg.upsert_apply`` prunes by).
+#: Key types whose bounds are recorded (the ones ``iceberg.commit.upsert_apply`` prunes by).
 _BOUNDED = (IntegerType, LongType, StringType, DateType, TimestampType, TimestamptzType, DecimalType)
 
 

@@ -1,8 +1,8 @@
 """One catalog commit's transaction on its target branch (PROTOCOL.md §5.1, step 5; driver).
 
-:class:`StagedCommit` creates a missing branch from main's head in the same
+:class:`StagedCommit` creates a missing branch from main's tip in the same
 commit, moves the serial tag on commits to other branches, and asserts main's
-head, the serial tag and every ref the commit read, so any two fencedlake
+tip, the serial tag and every ref the commit read, so any two fencedlake
 commits from one base conflict whatever branches they write (I2).
 """
 
@@ -142,8 +142,8 @@ class StagedCommit:
         ManageSnapshots(self.tx).create_branch(main_id, self.branch).commit()
 
     @property
-    def head(self) -> Snapshot | None:
-        """The branch's head as staged (after a branch creation: main's head)."""
+    def tip(self) -> Snapshot | None:
+        """The branch's tip as staged (after a branch creation: main's tip)."""
         return self.tx.table_metadata.snapshot_by_name(self.branch)
 
     def update(self) -> UpdateSnapshot:

@@ -16,7 +16,7 @@ version, never an error every later committer hits.
   by value, a replace-where's filter applied by field id with statistics
   trusted only where present (``iceberg.codec.row_filter.apply_matcher``);
 * :data:`INAPPLICABLE` — what building a commit may raise when the table
-  cannot take an entry: the commit refuses its head instead.
+  cannot take an entry: the commit refuses its lead instead.
 """
 
 from __future__ import annotations
@@ -80,8 +80,8 @@ def decoded_files(metadata: TableMetadata, plan: ReconcilePlan, entries: Mapping
     return added
 
 
-def doomed_files(table: Table, metadata: TableMetadata, snapshot: Snapshot, head: WalEntry) -> list[DataFile]:
-    """The live files of ``snapshot`` that applying ``head`` removes (``protocol.replace.removals``).
+def doomed_files(table: Table, metadata: TableMetadata, snapshot: Snapshot, lead: WalEntry) -> list[DataFile]:
+    """The live files of ``snapshot`` that applying ``lead`` removes (``protocol.replace.removals``).
 
     A dynamic overwrite's partition set is compared by value under the partition types as they are now
     (a partition source promoted since the write encodes its values wider); a replace-where's filter is
@@ -93,16 +93,16 @@ def doomed_files(table: Table, metadata: TableMetadata, snapshot: Snapshot, head
     """
     live = {f.file_path: f for f in live_data_files(table, snapshot)}
     schema, specs = metadata.schema(), metadata.specs()
-    types = {sid: spec.partition_type(schema) for sid, spec in specs.items()} if head.mode is WriteMode.DYNAMIC else {}
+    types = {sid: spec.partition_type(schema) for sid, spec in specs.items()} if lead.mode is WriteMode.DYNAMIC else {}
     described = [
         LiveFile(path, f.spec_id, encode_partition(f.partition, types[f.spec_id]) if types else ())
         for path, f in live.items()
     ]
-    if head.mode is WriteMode.DYNAMIC and head.spec_id in types:
-        wanted = tuple(normalized_partition(p, types[head.spec_id]) for p in head.partitions)
-        head = replace(head, partitions=wanted)
+    if lead.mode is WriteMode.DYNAMIC and lead.spec_id in types:
+        wanted = tuple(normalized_partition(p, types[lead.spec_id]) for p in lead.partitions)
+        lead = replace(lead, partitions=wanted)
     matcher = None
-    if head.mode is WriteMode.REPLACE_WHERE:
-        matcher = apply_matcher(head.row_filter or "", head.filter_ids, schema, specs)
-    doomed = removals(head, described, (lambda lf: matcher(live[lf.path])) if matcher is not None else None)
+    if lead.mode is WriteMode.REPLACE_WHERE:
+        matcher = apply_matcher(lead.row_filter or "", lead.filter_ids, schema, specs)
+    doomed = removals(lead, described, (lambda lf: matcher(live[lf.path])) if matcher is not None else None)
     return [live[f.path] for f in doomed]

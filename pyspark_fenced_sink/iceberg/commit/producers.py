@@ -1,4 +1,4 @@
-"""What a catalog commit does to its branch, per write mode of its head entry (PROTOCOL.md §5.1, step 5; driver).
+"""What a catalog commit does to its branch, per write mode of its lead entry (PROTOCOL.md §5.1, step 5; driver).
 
 ``PRODUCERS`` maps each ``protocol.entry.WriteMode`` to the function that stages
 the commit's snapshot on a :class:`~.branches.StagedCommit`: an append (manifests
@@ -35,8 +35,8 @@ from pyspark_fenced_sink.protocol.state import SUMMARY_PUBLISHED
 __all__ = ["PRODUCERS", "check_publish", "check_replace_where"]
 
 
-def _append(staged: StagedCommit, head: WalEntry | None) -> Any:
-    """An append on the branch: a new manifest, small ones merged if the table says so (``iceberg.manifests``)."""
+def _append(staged: StagedCommit, lead: WalEntry | None) -> Any:
+    """An append on the branch: a new manifest, small ones merged if the table says so (``manifests``)."""
     return append_producer(staged.update(), staged.tx.table_metadata.properties)
 
 
@@ -60,7 +60,7 @@ def check_replace_where(table: Table, branch: str | None, row_filter: str, name:
 
 
 def _fast_forward_target(metadata: TableMetadata, io: FileIO, branch: str) -> int:
-    """The head of ``branch`` if main may be fast-forwarded to it (``protocol.replace.check_fast_forward``)."""
+    """The tip of ``branch`` if main may be fast-forwarded to it (``protocol.replace.check_fast_forward``)."""
     ref = metadata.refs.get(branch)
     found = ref.snapshot_id if ref is not None and ref.snapshot_ref_type == SnapshotRefType.BRANCH else None
     return check_fast_forward(branch, metadata.current_snapshot_id, found, snapshot_history(metadata, io))
@@ -78,33 +78,33 @@ def check_publish(table: Table, branch: str, name: str) -> int:
         raise WriteRejectedError(f"table {name}: {e.reason}", table=name, outcome="REFUSED") from e
 
 
-def _replace(staged: StagedCommit, head: WalEntry | None) -> Any:
+def _replace(staged: StagedCommit, lead: WalEntry | None) -> Any:
     """An overwrite snapshot removing what ``protocol.replace.removals`` selects among the branch's live files.
 
     The live files are read here, on the commit's base: a replace applies to what is live at apply
     time, whatever was live when its rows were written.
     """
-    branch_head = staged.head
-    if branch_head is None or head is None:
+    tip = staged.tip
+    if tip is None or lead is None:
         return staged.update().fast_append()
-    doomed = doomed_files(staged.table, staged.tx.table_metadata, branch_head, head)
+    doomed = doomed_files(staged.table, staged.tx.table_metadata, tip, lead)
     producer = staged.update().overwrite()
     for data_file in doomed:
         producer.delete_data_file(data_file)
     return producer
 
 
-def _publish(staged: StagedCommit, head: WalEntry | None) -> Any:
+def _publish(staged: StagedCommit, lead: WalEntry | None) -> Any:
     """Fast-forward main to the entry's branch, then an empty snapshot on main carrying the commit record."""
-    source = head.branch if head is not None else None
+    source = lead.branch if lead is not None else None
     if source is None:
         raise CorruptControlDataError("a publish entry names no branch: the WAL object is damaged")
     metadata = staged.tx.table_metadata
-    branch_head = _fast_forward_target(metadata, staged.table.io, source)
+    tip = _fast_forward_target(metadata, staged.table.io, source)
     staged.refs.add(source)
-    if branch_head != metadata.current_snapshot_id:
-        staged.move_ref(MAIN_BRANCH, branch_head)
-    staged.summary[SUMMARY_PUBLISHED] = f"{source}@{branch_head}"
+    if tip != metadata.current_snapshot_id:
+        staged.move_ref(MAIN_BRANCH, tip)
+    staged.summary[SUMMARY_PUBLISHED] = f"{source}@{tip}"
     return staged.update().fast_append()
 
 

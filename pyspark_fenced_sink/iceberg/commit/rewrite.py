@@ -13,7 +13,7 @@ Applied on the version being committed on (apply time), it is refused
   without any other, so adding them would bring deleted rows back (Iceberg's
   ``RewriteFiles`` validates the same) — an upsert that deleted rows of an input
   meanwhile refuses it. The folded delete files are removed with the inputs
-  (``iceberg.row_delta.RowDelta``).
+  (``iceberg.commit.row_delta.RowDelta``).
 
 The snapshot's operation is ``replace`` (Iceberg: files rewritten, data
 unchanged), so stream readers skip it (``iceberg.planning.incremental``); a replace
@@ -68,25 +68,25 @@ def _applying(table: Table, snapshot: Snapshot | None, inputs: Sequence[DataFile
     return named_inputs, None
 
 
-def compaction_producer(staged: StagedCommit, head: WalEntry | None) -> Any:
+def compaction_producer(staged: StagedCommit, lead: WalEntry | None) -> Any:
     """A ``replace`` snapshot removing the entry's inputs and the delete files it folds (the caller adds outputs).
 
     Raises:
         EntryRefused: an input is no longer live, or a live delete file it did not fold may apply to one.
     """
-    branch_head = staged.head
-    if head is None:
+    tip = staged.tip
+    if lead is None:
         raise EntryRefused("a compaction commit has no compaction entry")
-    live = {f.file_path: f for f in live_data_files(staged.table, branch_head)} if branch_head is not None else {}
-    doomed = removals(head, [LiveFile(path, f.spec_id, ()) for path, f in live.items()])
+    live = {f.file_path: f for f in live_data_files(staged.table, tip)} if tip is not None else {}
+    doomed = removals(lead, [LiveFile(path, f.spec_id, ()) for path, f in live.items()])
     inputs = [live[f.path] for f in doomed]
-    named, hit = _applying(staged.table, branch_head, inputs)
+    named, hit = _applying(staged.table, tip, inputs)
     if hit is not None:
         raise EntryRefused(
             f"compaction is refused: a live delete file may apply to its input {hit} (added after the "
             "compaction read it); its rewrite would bring deleted rows back. Nothing was changed; run it again"
         )
-    check_folded(head, named)
+    check_folded(lead, named)
     producer = RowDelta(
         operation=Operation.REPLACE,
         transaction=staged.tx,

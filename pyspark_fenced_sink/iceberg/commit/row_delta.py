@@ -15,7 +15,7 @@ pyiceberg, DuckDB and fencedlake's readers apply.
   folding them) are marked deleted in the delete manifests that list them, and
   the summary counts both.
 
-It builds on pyiceberg 0.12's private producer API, like ``iceberg.manifests``.
+It builds on pyiceberg 0.12's private producer API, like ``iceberg.commit.manifests``.
 """
 
 from __future__ import annotations

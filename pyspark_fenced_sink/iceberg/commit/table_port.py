@@ -1,12 +1,14 @@
 """The one catalog commit, over pyiceberg (PROTOCOL.md step 5, §4; driver).
 
 :class:`IcebergTablePort` implements ``protocol.context.TablePort`` for any
-pyiceberg catalog: one snapshot on the plan's branch (staged by the head entry's
+pyiceberg catalog: one snapshot on the plan's branch (staged by the lead entry's
 producer, ``producers``), the commit record in its summary, the new committed
 state as a table property, and requirements that make it a compare-and-swap on
 the base view. pyiceberg's own retry is bypassed (it would rebase a stale plan:
 §12): ``CommitFailedException`` -> ``CommitConflict`` (manifests removed);
-transport, database and 5xx errors -> ``CommitUnknown`` (nothing removed).
+transport, database and 5xx errors -> ``CommitUnknown`` (nothing removed); a
+storage error while the manifests are written, before the catalog request ->
+``CommitConflict`` too (nothing was sent).
 """
 
 from __future__ import annotations
@@ -72,6 +74,26 @@ except ImportError:  # pragma: no cover
 # and 429 (throttled) to their own errors. The Iceberg REST spec says a commit's 5xx leaves its state unknown,
 # and for a 419 or 429 re-reading is as safe: each of these is an unknown outcome, never a plain failure.
 _UNKNOWN_ERRORS += (ServerError, ServiceUnavailableError, AuthorizationExpiredError, TooManyRequestsError)
+
+
+#: What writing a commit's manifests and manifest list may raise when the storage fails (a reset, a cut or
+#: timed-out response, an outage): the commit was not sent, so nothing landed. The loop treats it as a
+#: conflict -- back off, re-read, re-plan -- until ``commit.max-wait-ms``, instead of an unknown outcome.
+_STAGING_ERRORS: tuple[type[BaseException], ...] = (OSError,)
+try:
+    from botocore.exceptions import BotoCoreError
+
+    _STAGING_ERRORS += (BotoCoreError,)
+except ImportError:  # pragma: no cover - pyiceberg's S3 FileIO brings botocore
+    pass
+
+
+def _cleanup_quietly(cleanup: Callable[[], None]) -> None:
+    """Remove what a failed attempt staged, if the storage lets us (gc removes what is left: §8)."""
+    try:
+        cleanup()
+    except Exception:
+        logger.info("fencedlake: could not remove a failed commit attempt's manifests (gc will)", exc_info=True)
 
 
 class _LeanTransaction(Transaction):
@@ -236,25 +258,31 @@ class IcebergTablePort:
         metadata = table.metadata
         added = decoded_files(metadata, plan, entries)
         summary = {**dict(plan.properties), **encode_record(record)}
-        head = entries[plan.head] if plan.head is not None else None
+        lead = entries[plan.lead] if plan.lead is not None else None
         staged = None
         try:
             staged = StagedCommit(_LeanTransaction(table), table, plan, entries, summary)
-            producer = PRODUCERS[plan.mode](staged, head)
+            producer = PRODUCERS[plan.mode](staged, lead)
             for data_file in added:
                 producer.append_data_file(data_file)
             staged.finish(producer)
         except EntryRefused as e:
             if staged is not None:
                 staged.cleanup()
-            raise EntryRefused(e.reason, plan.head if e.seq is None else e.seq) from e
+            raise EntryRefused(e.reason, plan.lead if e.seq is None else e.seq) from e
         except INAPPLICABLE as e:  # the table as another engine left it cannot take the entry: decide, not raise
             if staged is not None:
                 staged.cleanup()
-            logger.warning("fencedlake: WAL seq %s cannot be applied to %s", plan.head, self.name, exc_info=True)
+            logger.warning("fencedlake: WAL seq %s cannot be applied to %s", plan.lead, self.name, exc_info=True)
             raise EntryRefused(
                 f"the entry cannot be applied to the table as it is now ({type(e).__name__}: {e}); nothing was changed",
-                plan.head,
+                plan.lead,
+            ) from e
+        except _STAGING_ERRORS as e:  # storage failed under the manifests: nothing reached the catalog (§4)
+            if staged is not None:
+                _cleanup_quietly(staged.cleanup)
+            raise CommitConflict(
+                f"writing the commit's manifests failed, so nothing was sent to the catalog ({type(e).__name__}: {e})"
             ) from e
         staged.tx.set_properties({STATE_PROPERTY: staged.state.encode()})
         failpoints.hit("commit.after-manifests-written")

@@ -1,15 +1,15 @@
 """Applying upserts inside the one catalog commit (PROTOCOL.md §5.5, "Apply"; driver).
 
 :func:`upsert_producer` is the producer of ``WriteMode.UPSERT`` commits
-(``iceberg.table_port._PRODUCERS``): the plan's upserts (only upserts join an
+(``iceberg.commit.producers.PRODUCERS``): the plan's upserts (only upserts join an
 upsert's commit, ``WriteMode.takes_upserts``), in WAL order, on the version
 being committed on. For each upsert it reads the entry's
 keys, prunes the branch's live data files by partition (when the spec is a
 function of the key columns) and by key-column bounds, reads the candidates' key
-and order columns and live positions (``iceberg.key_index``, cached), the
-remembered deletes (``iceberg.tombstones``), and lets ``protocol.upsert.resolve``
+and order columns and live positions (``iceberg.commit.key_index``, cached), the
+remembered deletes (``iceberg.commit.tombstones``), and lets ``protocol.upsert.resolve``
 decide which rows lose. Losers of all the commit's upserts become one
-file-scoped position delete file per touched data file (``iceberg.row_delta``).
+file-scoped position delete file per touched data file (``iceberg.commit.row_delta``).
 
 The snapshot is an ``overwrite`` (it deletes rows), or an ``append`` when the
 upserts only added new keys (nothing deleted: a stream of appends delivers it).
@@ -95,7 +95,7 @@ def _partition(df: DataFile) -> tuple[Any, ...]:
 
 def _read_live(staged: StagedCommit, reads: Reads) -> _Live:
     live = _Live()
-    snapshot = staged.head
+    snapshot = staged.tip
     if snapshot is None:
         return live
     io = staged.table.io
@@ -366,7 +366,7 @@ def _write_deletes(staged: StagedCommit, applier: _Applier, producer: RowDelta) 
     return written
 
 
-def upsert_producer(staged: StagedCommit, head: WalEntry | None) -> RowDelta:
+def upsert_producer(staged: StagedCommit, lead: WalEntry | None) -> RowDelta:
     """The snapshot producer of a commit of upserts (the caller appends the entries' data files).
 
     Raises:

@@ -115,7 +115,7 @@ def plan_upsert(table: Any, opts: SinkOptions) -> UpsertSpec:
     if not names:
         raise InvalidOptionsError(
             f"table {name} has no identifier fields and option {UPSERT_KEYS} is not given: name the key columns, "
-            f'e.g. .option("{UPSERT_KEYS}", "id")'
+            f"""e.g. .option("{UPSERT_KEYS}", "id") (in a SQL view's OPTIONS: '{UPSERT_KEYS}' 'id')"""
         )
     keys = []
     for key in names:

@@ -143,27 +143,27 @@ class StreamPlanner:
         found: Snapshot | None = self.table.metadata.snapshot_by_id(snapshot_id)
         return found
 
-    def _ancestors(self, head: Snapshot) -> list[Snapshot]:
+    def _ancestors(self, tip: Snapshot) -> list[Snapshot]:
         out: list[Snapshot] = []
-        current: Snapshot | None = head
+        current: Snapshot | None = tip
         while current is not None:
             out.append(current)
             parent = current.parent_snapshot_id
             current = self.snapshot(parent) if parent is not None else None
         return out
 
-    def _first(self, head: Snapshot) -> _Step | None:
-        """The stream's first snapshot on ``head``'s lineage (START resolved), or None if none yet."""
-        ancestors = self._ancestors(head)
+    def _first(self, tip: Snapshot) -> _Step | None:
+        """The stream's first snapshot on ``tip``'s lineage (START resolved), or None if none yet."""
+        ancestors = self._ancestors(tip)
         if self.opts.start_snapshot_id is not None:
             start = self.opts.start_snapshot_id
-            if head.snapshot_id == start:
+            if tip.snapshot_id == start:
                 return None
             child = next((s for s in ancestors if s.parent_snapshot_id == start), None)
             if child is None:
                 raise InvalidOptionsError(
                     f"{START_SNAPSHOT_ID} {start}: expected an ancestor of table {self.opts.table}'s snapshot "
-                    f"{head.snapshot_id} on the main branch, found none (expired, or not on the main branch)"
+                    f"{tip.snapshot_id} on the main branch, found none (expired, or not on the main branch)"
                 )
             return _Step(child, False, 0)
         if self.opts.stream_from_timestamp_ms is not None:
@@ -176,17 +176,17 @@ class StreamPlanner:
             return _Step(first, False, 0) if first is not None else None
         return _Step(ancestors[-1], True, 0)
 
-    def _steps(self, start: StreamOffset, head: Snapshot) -> list[_Step]:
-        """The snapshots from ``start`` to ``head`` (oldest first), each with where its files begin."""
+    def _steps(self, start: StreamOffset, tip: Snapshot) -> list[_Step]:
+        """The snapshots from ``start`` to ``tip`` (oldest first), each with where its files begin."""
         if start.is_start:
-            first = self._first(head)
+            first = self._first(tip)
             if first is None:
                 return []
-            chain = [s.snapshot_id for s in self._ancestors(head)]
+            chain = [s.snapshot_id for s in self._ancestors(tip)]
             newer = chain[: chain.index(first.snapshot.snapshot_id)]
             return [first, *(_Step(s, False, 0) for s in map(self.snapshot, reversed(newer)) if s is not None)]
         steps: list[_Step] = []
-        current: Snapshot | None = head
+        current: Snapshot | None = tip
         while current is not None:
             if current.snapshot_id == start.snapshot_id:
                 if not start.complete:
@@ -205,13 +205,13 @@ class StreamPlanner:
             ):
                 return steps[::-1]  # expiry cut the parent link (pyiceberg does), but no commit fits between
         if self.snapshot(start.snapshot_id) is not None and not start.scan_all:
-            return self._rejoined(start, head)  # main moved past the offset by another way than a child
-        raise self._lost(start.snapshot_id, head, "it expired before it was read to its end")
+            return self._rejoined(start, tip)  # main moved past the offset by another way than a child
+        raise self._lost(start.snapshot_id, tip, "it expired before it was read to its end")
 
-    def _lost(self, snapshot_id: int, head: Snapshot, why: str) -> ReadRefusedError:
+    def _lost(self, snapshot_id: int, tip: Snapshot, why: str) -> ReadRefusedError:
         return ReadRefusedError(
             f"table {self.opts.table}: the stream's position, snapshot {snapshot_id}, is no longer in the "
-            f"history of snapshot {head.snapshot_id} on the main branch ({why}); the rows after it cannot be "
+            f"history of snapshot {tip.snapshot_id} on the main branch ({why}); the rows after it cannot be "
             f"told apart exactly. Restart the query with a new checkpointLocation and {START_SNAPSHOT_ID} set "
             "to the last snapshot it delivered",
             table=self.opts.table,
@@ -224,7 +224,7 @@ class StreamPlanner:
             return []
         return [t.file.file_path for t in self.files_of(snapshot, False)]
 
-    def _rejoined(self, start: StreamOffset, head: Snapshot) -> list[_Step]:
+    def _rejoined(self, start: StreamOffset, tip: Snapshot) -> list[_Step]:
         """Main's snapshots after its newest common ancestor with ``start`` (``planning.lineage``).
 
         Each step skips the files the stream already delivered; refused if a delivered file is no longer on
@@ -232,12 +232,10 @@ class StreamPlanner:
         """
         parents = {s.snapshot_id: s.parent_snapshot_id for s in self.table.metadata.snapshots}
         try:
-            found = rejoin(
-                start.snapshot_id, start.position, start.complete, head.snapshot_id, parents, self._delivered
-            )
+            found = rejoin(start.snapshot_id, start.position, start.complete, tip.snapshot_id, parents, self._delivered)
         except LineageLost as e:
-            raise self._lost(start.snapshot_id, head, e.why) from e
-        main = ancestors(head.snapshot_id, parents)
+            raise self._lost(start.snapshot_id, tip, e.why) from e
+        main = ancestors(tip.snapshot_id, parents)
         newer = [s for s in map(self.snapshot, reversed(main[: main.index(found.ancestor)])) if s is not None]
         steps = [_Step(s, False, 0, frozenset(found.delivered)) for s in newer]
         held = {t.file.file_path for s in newer for t in self.files_of(s, False)}
@@ -245,7 +243,7 @@ class StreamPlanner:
         if gone is not None:
             raise self._lost(
                 start.snapshot_id,
-                head,
+                tip,
                 f"main was rolled back or replaced: snapshot {found.delivered[gone]} delivered file {gone}, which "
                 "main no longer holds, and a stream cannot take rows back",
             )
@@ -296,12 +294,12 @@ class StreamPlanner:
         self._files[key] = (snapshot.sequence_number or 0, tasks)
         return tasks
 
-    def latest(self, start: StreamOffset, limits: StreamLimits, head: Snapshot | None) -> StreamOffset:
-        """The end of the next micro-batch from ``start`` toward ``head`` within ``limits`` (``start``: no data)."""
-        if head is None:
+    def latest(self, start: StreamOffset, limits: StreamLimits, tip: Snapshot | None) -> StreamOffset:
+        """The end of the next micro-batch from ``start`` toward ``tip`` within ``limits`` (``start``: no data)."""
+        if tip is None:
             return start
         end, files, rows = start, 0, 0
-        steps = self._steps(start, head)
+        steps = self._steps(start, tip)
         # After a rejoin, the batch reaches past every snapshot that re-adds a file delivered before: the
         # skip set lives only in this batch, so no later batch may meet such a file again.
         must = max((i for i, st in enumerate(steps) if self._skipped(st)), default=-1)
@@ -333,11 +331,11 @@ class StreamPlanner:
         """The files between two offsets, in stream order (the same on every replay)."""
         if end.is_start or start == end:
             return []
-        head = self.snapshot(end.snapshot_id)
-        if head is None:
+        tip = self.snapshot(end.snapshot_id)
+        if tip is None:
             self.refresh()
-            head = self.snapshot(end.snapshot_id)
-        if head is None:
+            tip = self.snapshot(end.snapshot_id)
+        if tip is None:
             raise ReadRefusedError(
                 f"table {self.opts.table}: snapshot {end.snapshot_id}, the end of a planned micro-batch, has "
                 "expired before the batch was read; the batch cannot be replayed exactly. Restart the query with "
@@ -345,7 +343,7 @@ class StreamPlanner:
                 table=self.opts.table,
             )
         out: list[FileScanTask] = []
-        for step in self._steps(start, head):
+        for step in self._steps(start, tip):
             if not step.scan_all and not self._readable(step.snapshot):
                 continue
             stop = end.position if step.snapshot.snapshot_id == end.snapshot_id else None

@@ -70,7 +70,10 @@ def open_read_table(opts: ReadOptions) -> Any:
             return load_catalog(opts.catalog).load_table(opts.table)
     except NoSuchTableError:
         raise InvalidOptionsError(
-            f"table {opts.table} does not exist in {opts.catalog.describe()}: check the name and the catalog options"
+            f"table {opts.table} does not exist in {opts.catalog.describe()}: check the name and the catalog "
+            "options (a SQL view of a table no write has created yet declares its columns, CREATE TEMPORARY VIEW "
+            f"<name> (id BIGINT, ...) USING fencedlake OPTIONS (table '{opts.table}', ...), and its first INSERT "
+            "creates the table)"
         ) from None
 
 

@@ -1,0 +1,211 @@
+"""Every catalog request has a bound (PROTOCOL.md §4; driver).
+
+pyiceberg's REST client sends its requests with no timeout, and psycopg2 waits
+for PostgreSQL's answer for ever: a response lost in the network (a hung server,
+a proxy, a partition the kernel does not see) would hang a write past
+``commit.max-wait-ms``, where no deadline can be checked. :func:`load_bounded`
+builds REST and SQL catalogs through the subclasses here:
+
+* :func:`bounded_rest_catalog` -- every request of its ``requests`` session (the
+  config fetch, OAuth2 tokens, loads, commits) times out after
+  ``request-timeout`` seconds (a catalog property; default
+  :data:`REQUEST_TIMEOUT_DEFAULT_S`). A timed-out commit is an unknown outcome (§4).
+* :func:`bounded_sql_catalog` on PostgreSQL -- ``pool_pre_ping`` on (a pool of
+  connections that died in an outage or a partition is not handed out again),
+  libpq's ``connect_timeout`` and TCP keepalives in the URI unless it sets them,
+  and a psycopg2 wait callback that gives up on a statement whose answer has not
+  come within ``request-timeout`` (the connection is then discarded). The
+  callback is process-wide (psycopg2 has one) and installed only when none is:
+  it puts psycopg2 in its "green" mode, where ``COPY`` is not available.
+
+What the user configures wins: a URI parameter or ``pool_pre_ping`` already set
+is kept. Other catalog types are loaded by pyiceberg unchanged.
+"""
+
+from __future__ import annotations
+
+import select
+import time
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = [
+    "REQUEST_TIMEOUT",
+    "REQUEST_TIMEOUT_DEFAULT_S",
+    "bounded_rest_catalog",
+    "bounded_sql_catalog",
+    "install_statement_bound",
+    "load_bounded",
+    "request_timeout_s",
+]
+
+#: Catalog property: seconds a catalog request may take before it fails (REST and PostgreSQL).
+REQUEST_TIMEOUT = "request-timeout"
+REQUEST_TIMEOUT_DEFAULT_S = 30.0
+#: libpq settings added to a PostgreSQL URI that does not set them (seconds).
+_LIBPQ_DEFAULTS = {
+    "connect_timeout": "10",
+    "keepalives": "1",
+    "keepalives_idle": "30",
+    "keepalives_interval": "10",
+    "keepalives_count": "3",
+}
+
+
+def request_timeout_s(properties: Mapping[str, Any]) -> float:
+    """The ``request-timeout`` catalog property in seconds (default :data:`REQUEST_TIMEOUT_DEFAULT_S`).
+
+    Raises:
+        ValueError: the value is not a positive number.
+    """
+    text = properties.get(REQUEST_TIMEOUT)
+    if text in (None, ""):
+        return REQUEST_TIMEOUT_DEFAULT_S
+    try:
+        value = float(str(text))
+    except ValueError:
+        value = -1.0
+    if not value > 0:
+        raise ValueError(f"catalog property {REQUEST_TIMEOUT}={text!r}: expected a positive number of seconds")
+    return value
+
+
+def _requests_timeout_adapter(timeout_s: float) -> Any:
+    from requests.adapters import HTTPAdapter
+
+    class TimeoutAdapter(HTTPAdapter):
+        """Gives every request without its own timeout this one (connect and read)."""
+
+        def send(self, request: Any, stream: bool = False, timeout: Any = None, *args: Any, **kwargs: Any) -> Any:
+            return super().send(request, stream, timeout_s if timeout is None else timeout, *args, **kwargs)
+
+    return TimeoutAdapter()
+
+
+def _rest_catalog_class() -> type:
+    from pyiceberg.catalog.rest import RestCatalog
+
+    class _Bounded(RestCatalog):
+        def _create_session(self) -> Any:
+            session = super()._create_session()
+            adapter = _requests_timeout_adapter(request_timeout_s(self.properties))
+            session.mount("http://", adapter)
+            session.mount("https://", adapter)
+            return session
+
+    return _Bounded
+
+
+def _sql_catalog_class() -> type:
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    class _Bounded(SqlCatalog):
+        def __init__(self, name: str, **properties: str) -> None:
+            props = dict(properties)
+            props.setdefault("pool_pre_ping", "true")
+            uri = str(props.get("uri") or "")
+            if uri.startswith(("postgresql", "postgres")) and _psycopg2_driver(uri):
+                props["uri"] = _with_libpq_defaults(uri)
+                install_statement_bound(request_timeout_s(props))
+            super().__init__(name, **props)
+
+    return _Bounded
+
+
+def _psycopg2_driver(uri: str) -> bool:
+    scheme = uri.split("://", 1)[0]
+    return scheme in ("postgresql", "postgres") or scheme.endswith("+psycopg2")
+
+
+def _with_libpq_defaults(uri: str) -> str:
+    """``uri`` with :data:`_LIBPQ_DEFAULTS` added where it sets none of its own."""
+    from sqlalchemy.engine import make_url
+
+    url = make_url(uri)
+    missing = {k: v for k, v in _LIBPQ_DEFAULTS.items() if k not in url.query}
+    return url.update_query_dict(missing).render_as_string(hide_password=False) if missing else uri
+
+
+_statement_bound_s: float | None = None
+
+
+def install_statement_bound(timeout_s: float) -> None:
+    """Bound every psycopg2 statement of this process by ``timeout_s`` (the largest asked for wins).
+
+    A no-op when another wait callback is installed (the application chose its own).
+    """
+    global _statement_bound_s
+    import psycopg2.extensions as ext
+
+    current = ext.get_wait_callback()
+    if current is None:
+        ext.set_wait_callback(_wait_bounded)
+    elif current is not _wait_bounded:
+        return
+    _statement_bound_s = max(timeout_s, _statement_bound_s or 0.0)
+
+
+def _wait_bounded(conn: Any) -> None:
+    """psycopg2's wait callback (``psycopg2.extras.wait_select``) with a deadline.
+
+    Past it, raises ``OperationalError``; psycopg2 then closes the connection (it is in an
+    unknown state) and SQLAlchemy discards it from its pool.
+    """
+    import psycopg2
+    import psycopg2.extensions as ext
+
+    timeout_s = _statement_bound_s or REQUEST_TIMEOUT_DEFAULT_S
+    deadline = time.monotonic() + timeout_s
+    while True:
+        state = conn.poll()
+        if state == ext.POLL_OK:
+            return
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise psycopg2.OperationalError(
+                f"timed out: no answer from the PostgreSQL server within {timeout_s:g} s "
+                f"(catalog property {REQUEST_TIMEOUT}); the connection was closed"
+            )
+        if state == ext.POLL_READ:
+            select.select([conn.fileno()], [], [], left)
+        elif state == ext.POLL_WRITE:
+            select.select([], [conn.fileno()], [], left)
+        else:  # pragma: no cover - psycopg2 documents only these states
+            raise psycopg2.OperationalError(f"bad state from poll: {state}")
+
+
+_classes: dict[str, type] = {}
+
+
+def bounded_rest_catalog(name: str, **properties: Any) -> Any:
+    """A pyiceberg ``RestCatalog`` whose requests time out (see the module docstring)."""
+    cls = _classes.get("rest") or _classes.setdefault("rest", _rest_catalog_class())
+    return cls(name, **properties)
+
+
+def bounded_sql_catalog(name: str, **properties: Any) -> Any:
+    """A pyiceberg ``SqlCatalog`` whose PostgreSQL statements time out (see the module docstring)."""
+    cls = _classes.get("sql") or _classes.setdefault("sql", _sql_catalog_class())
+    return cls(name, **properties)
+
+
+def load_bounded(name: str, properties: Mapping[str, str]) -> Any:
+    """Load a catalog as pyiceberg's ``load_catalog(name, **properties)`` does, with REST and SQL ones bounded.
+
+    The catalog type is resolved as pyiceberg does (``type``, else inferred from ``uri``), from the
+    properties merged over ``.pyiceberg.yaml`` / ``PYICEBERG_CATALOG__*``.
+    """
+    from pyiceberg.catalog import _ENV_CONFIG as env_config  # noqa: N811 - pyiceberg's merged configuration
+    from pyiceberg.catalog import PY_CATALOG_IMPL, TYPE, CatalogType, infer_catalog_type, load_catalog
+    from pyiceberg.utils.config import merge_config
+
+    conf = merge_config(env_config.get_catalog_config(name) or {}, dict(properties))
+    if conf.get(PY_CATALOG_IMPL):
+        return load_catalog(name, **properties)
+    given = conf.get(TYPE)
+    kind = CatalogType(given.lower()) if isinstance(given, str) and given else infer_catalog_type(name, conf)
+    if kind is CatalogType.REST:
+        return bounded_rest_catalog(name, **conf)
+    if kind is CatalogType.SQL:
+        return bounded_sql_catalog(name, **conf)
+    return load_catalog(name, **properties)
