@@ -13,6 +13,7 @@ import uuid
 import pytest
 
 from pyspark_fenced_sink.errors import ServiceError
+from pyspark_fenced_sink.iceberg import timeouts
 from pyspark_fenced_sink.iceberg.catalogs import load_catalog
 from pyspark_fenced_sink.iceberg.timeouts import REQUEST_TIMEOUT_DEFAULT_S, _with_libpq_defaults, request_timeout_s
 from pyspark_fenced_sink.options.catalog import catalog_config
@@ -30,9 +31,14 @@ def test_rest_catalog_that_never_answers_fails_within_its_request_timeout(silent
     assert raised.value.retryable and raised.value.service == "catalog", raised.value
 
 
-def test_postgres_catalog_that_never_answers_fails_within_its_request_timeout(silent_port: int) -> None:
+def test_postgres_catalog_that_never_answers_fails_within_its_request_timeout(
+    silent_port: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A PostgreSQL server that accepts and never answers: the SQL catalog raises a retryable ServiceError."""
     pytest.importorskip("psycopg2")
+    # The statement bound is process-wide and the largest asked for wins: start from none, as a fresh
+    # process does (an earlier test's PostgreSQL catalog asked for the 30 s default).
+    monkeypatch.setattr(timeouts, "_statement_bound_s", None)
     uri = f"postgresql+psycopg2://user:pw-{uuid.uuid4().hex[:6]}@127.0.0.1:{silent_port}/db"
     config = catalog_config(properties={"type": "sql", "uri": uri, "request-timeout": "1"})
     t0 = time.monotonic()

@@ -15,7 +15,7 @@ import pytest
 from pyspark_fenced_sink.iceberg.catalogs import embedded_catalog
 from pyspark_fenced_sink.ops.cli import main
 from pyspark_fenced_sink.protocol.layout import control_root
-from pyspark_fenced_sink.testing.harness import rows, sink_write
+from pyspark_fenced_sink.testing.harness import rows, sink_write, stream_batch
 from pyspark_fenced_sink.version import __version__
 
 TABLE = "db.usability"
@@ -90,12 +90,13 @@ def test_gc_dry_run_reports_what_it_would_truncate_and_deletes_nothing(
 def test_status_reports_ages_as_numbers_and_explains_entries_pending_by_design(
     wh: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """A re-run answered as a duplicate leaves two decided entries (barrier + data) that no commit recorded yet."""
-    sink_write(wh, TABLE, rows("job", 100, 5), writer_id="nightly", writer_batch_id=7)
-    again = sink_write(wh, TABLE, rows("job", 100, 5), writer_id="nightly", writer_batch_id=7)
-    assert again.outcome.name == "DUPLICATE"
+    """A stream's replayed micro-batch answered as a duplicate at the upper leaves a decided entry no commit
+    recorded yet (a re-run behind its own barrier commits its answer instead: PROTOCOL.md §5)."""
+    stream_batch(wh, TABLE, "q1", 0, rows("s", 100, 5), run="r1", query="q1")
+    again = stream_batch(wh, TABLE, "q1", 0, rows("s", 100, 5), run="r1", query="q1")
+    assert again.outcome.name == "DUPLICATE" and again.catalog_commits == 0
     body = _json(capsys, "status", TABLE, "--warehouse", wh)
-    assert body["pending"] == 2 and body["pending_decided_awaiting_record"] == 2
+    assert body["pending"] == 1 and body["pending_decided_awaiting_record"] == 1
     assert body["pending_to_apply"] == 0 and body["pending_blocked"] == 0
     assert isinstance(body["oldest_pending_age_s"], float) and 0 <= body["oldest_pending_age_s"] < 600
     assert isinstance(body["since_last_commit_s"], float) and 0 <= body["since_last_commit_s"] < 600
@@ -103,6 +104,17 @@ def test_status_reports_ages_as_numbers_and_explains_entries_pending_by_design(
     assert isinstance(commit["added_rows"], int) and isinstance(commit["latency_ms"], int)
     assert main(["status", TABLE, "--warehouse", wh]) == 0
     assert "are not stuck" in capsys.readouterr().out
+
+
+def test_a_rerun_answered_duplicate_behind_its_own_barrier_leaves_nothing_pending(
+    wh: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A writer.id job re-run: its DUPLICATE answer rests on its own barrier, so it commits both (PROTOCOL.md §5)."""
+    sink_write(wh, TABLE, rows("job", 100, 5), writer_id="nightly", writer_batch_id=7)
+    again = sink_write(wh, TABLE, rows("job", 100, 5), writer_id="nightly", writer_batch_id=7)
+    assert again.outcome.name == "DUPLICATE" and again.catalog_commits == 1
+    body = _json(capsys, "status", TABLE, "--warehouse", wh)
+    assert body["pending"] == 0 and body["pending_decided_awaiting_record"] == 0
 
 
 def test_gc_dry_run_text_says_what_it_would_do(wh: str, capsys: pytest.CaptureFixture[str]) -> None:
