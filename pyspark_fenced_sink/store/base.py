@@ -111,21 +111,12 @@ def claim_key(
     Raises:
         StoreError: nothing was confirmed; ``ambiguous`` is set if an attempt may have landed.
     """
-    maybe_ours = False
-    last: StoreError | None = None
-    for attempt in range(attempts):
-        try:
-            if store.put_if_absent(key, data):
-                return Claim.OURS
-        except StoreError as e:
-            last, maybe_ours = e, maybe_ours or e.ambiguous
-            sleep(min(0.05 * 2**attempt, 1.0))
-            continue
-        existing = store.get(key)
-        if existing is None:
-            return Claim.VANISHED
-        return Claim.OURS if token_of(existing) == token else Claim.THEIRS
-    raise StoreError(f"create {key} not confirmed after {attempts} attempts: {last}", ambiguous=maybe_ours)
+    if fill_key(store, key, data, attempts=attempts, sleep=sleep):
+        return Claim.OURS
+    existing = store.get(key)
+    if existing is None:
+        return Claim.VANISHED
+    return Claim.OURS if token_of(existing) == token else Claim.THEIRS
 
 
 def fill_key(
