@@ -28,6 +28,7 @@ the services' environment (``FENCEDLAKE_IT_PG_URI``, ``FENCEDLAKE_IT_ICEBERG_RES
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import subprocess
@@ -37,7 +38,7 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
@@ -391,11 +392,63 @@ def _result(
             )
             if writer == FENCED and landed != writes:
                 res.warnings.append(f"{catalog['label']}: fencedlake landed {landed} of {writes} writes")
+        _goals(res, catalog["label"], samples.get((name, ICEBERG), []), samples.get((name, FENCED), []))
     res.notes.append(f"{reps} interleaved round(s) per (catalog, writer); rows/s is the median over rounds.")
     if not warmup:
         res.notes.append("No warm-up rounds (the CI smoke size): the figures include cold starts; do not publish them.")
     res.data = {"samples": {f"{n}/{w}": v for (n, w), v in samples.items()}, "apps": apps, **prof}
     return res
+
+
+#: Issue 31's goals against the anchor: landed rows/s at least this many times Iceberg's, and a p50 no longer.
+GOAL_ROWS_RATIO = 1.5
+
+
+def _goals(res: SuiteResult, label: str, iceberg: list[dict[str, Any]], fenced: list[dict[str, Any]]) -> None:
+    """WARN lines for the goals fencedlake missed beside Iceberg's writer on one catalog (never a failure)."""
+    if not iceberg or not fenced:
+        return
+    speed = ratio(median([s["rows_per_s"] for s in fenced]), median([s["rows_per_s"] for s in iceberg]))
+    if speed < GOAL_ROWS_RATIO:
+        res.warnings.append(f"{label}: fencedlake's landed rows/s {speed:.2f}x Iceberg's (goal >= {GOAL_ROWS_RATIO}x)")
+    mine, theirs = ([x for s in runs for x in s["latencies"]] for runs in (fenced, iceberg))
+    if mine and theirs and median(mine) > median(theirs):
+        res.warnings.append(
+            f"{label}: fencedlake's p50 {median(mine):.0f} ms > Iceberg's {median(theirs):.0f} ms (goal: no longer)"
+        )
+
+
+@contextlib.contextmanager
+def network_latency(store_ms: int, catalog_ms: int) -> Iterator[str]:
+    """Route the suite's S3, PostgreSQL and REST clients through toxiproxy with this latency added per response.
+
+    The applications reach the services through proxies (integration/faults/toxiproxy.py): the environment's
+    ``FENCEDLAKE_IT_*`` addresses are pointed at them for the block. The REST fixture's own S3 traffic is
+    the fixture's, not the writers': it is not delayed. Yields a note for the report.
+    """
+    from integration.faults.toxiproxy import start_service, stop_service
+
+    keys = {"FENCEDLAKE_IT_PG_URI": catalog_ms, "FENCEDLAKE_IT_ICEBERG_REST_URI": catalog_ms}
+    keys["FENCEDLAKE_IT_S3_ENDPOINT"] = store_ms
+    saved = {k: os.environ.get(k) for k in keys}
+    api = start_service()
+    try:
+        for key, ms in keys.items():
+            value = saved[key]
+            if not value:
+                continue
+            parts = urlsplit(value)
+            proxy = api.create(f"anchor-{key.lower()}", upstream=f"{parts.hostname}:{parts.port}")
+            proxy.add_toxic("latency", latency=ms)
+            os.environ[key] = value.replace(parts.netloc.rsplit("@", 1)[-1], proxy.listen, 1)
+        yield f"network latency through toxiproxy: {store_ms} ms per S3 response, {catalog_ms} ms per catalog response"
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        stop_service()
 
 
 def _jars() -> list[str]:
@@ -414,16 +467,35 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--full", action="store_true", help="the real measurement (default: --quick sizes)")
     p.add_argument("--quick", action="store_true", help="CI sizes (the default)")
     p.add_argument("--out", default=str(ROOT / ".benchmarks-out"), help="results directory [.benchmarks-out]")
+    p.add_argument("--apps", type=int, help="applications (default: the profile's)")
+    p.add_argument("--threads", type=int, help="threads per application (default: the profile's)")
+    p.add_argument("--reps", type=int, help="interleaved rounds per (catalog, writer) (default: the profile's)")
+    p.add_argument(
+        "--latency",
+        metavar="STORE_MS,CATALOG_MS",
+        help="add this latency to every S3 / catalog response through toxiproxy (e.g. 20,100)",
+    )
     args = p.parse_args(argv)
     if args.app:
         app_main()
         return 0
     mode = "full" if args.full else "quick"
+    prof = dict(PROFILES[mode])
+    prof.update({k: v for k in ("apps", "threads", "reps") if (v := getattr(args, k)) is not None})
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     t0 = time.perf_counter()
-    res = run(**PROFILES[mode], jars=_jars())
+    with contextlib.ExitStack() as stack:
+        note = ""
+        if args.latency:
+            store_ms, catalog_ms = (int(x) for x in args.latency.split(","))
+            note = stack.enter_context(network_latency(store_ms, catalog_ms))
+            mode += f"-latency-{store_ms}-{catalog_ms}"
+        res = run(**prof, jars=_jars())
+        if note:
+            res.notes.append(note)
     res.seconds = time.perf_counter() - t0
+    mode += f"-{prof['apps']}x{prof['threads']}"
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / f"results-anchor-{mode}.md").write_text(res.markdown())
