@@ -12,6 +12,7 @@ the reason instead. Measured in docs/benchmarks.md §7.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -19,6 +20,13 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from pyspark_fenced_sink.errors import InvalidOptionsError, marked_errors
+from pyspark_fenced_sink.spark.native_deletes import (
+    DirtyFile,
+    NameMismatch,
+    apply_deletes,
+    delete_obstacle,
+    dirty_files,
+)
 
 __all__ = ["FIELD_ID_READ", "NativeReadPlan", "plan_native_read", "read_table"]
 
@@ -30,6 +38,8 @@ FIELD_ID_READ = "spark.sql.parquet.fieldId.read.enabled"
 FIELD_ID_KEY = "parquet.field.id"
 #: Iceberg's table property naming the columns of files written without field ids.
 NAME_MAPPING_PROPERTY = "schema.name-mapping.default"
+#: Spark's hidden column of a file's name and a row's position (shadowed by a table column of that name).
+METADATA_COLUMN = "_metadata"
 _GLOB_CHARS = frozenset("*?[]{}\\")
 _NATIVE_MODES = ("auto", True, False)
 
@@ -45,6 +55,8 @@ class NativeReadPlan:
         reason: Why the data source is used (empty when native).
         files: The planned data files' paths (empty for a data source read).
         schema: The Spark schema of the rows, with field ids in its metadata when native.
+        dirty: The planned data files that have position deletes, with their delete files.
+        io: The table's FileIO (reads the delete files on the driver).
     """
 
     table: str
@@ -53,6 +65,8 @@ class NativeReadPlan:
     reason: str
     files: tuple[str, ...]
     schema: Any
+    dirty: tuple[DirtyFile, ...] = ()
+    io: Any = None
 
 
 def _type_obstacle(schema: Any) -> str:
@@ -175,22 +189,22 @@ def plan_native_read(spark: Any, table: str, *, native: bool | str = "auto", **o
         raise InvalidOptionsError(f"read_table({opts.table}, native=True): cannot read natively: {reason}")
     if reason:
         return NativeReadPlan(opts.table, point.label, False, reason, (), schema)
-    return NativeReadPlan(opts.table, point.label, True, "", paths, _with_field_ids(schema, point.schema.as_struct()))
+    ids = _with_field_ids(schema, point.schema.as_struct())
+    return NativeReadPlan(opts.table, point.label, True, "", paths, ids, dirty_files(tasks), iceberg.io)
 
 
 def _table_obstacle(iceberg: Any, schema: Any) -> str:
     """Why the table's metadata rules the native path out ("" if it does not)."""
     if NAME_MAPPING_PROPERTY in iceberg.properties:
         return f"the table has {NAME_MAPPING_PROPERTY} (data files without field ids)"
+    if any(f.name == METADATA_COLUMN for f in schema.fields):
+        return f"the table has a column {METADATA_COLUMN!r}, which hides Spark's file metadata column"
     return _type_obstacle(schema)
 
 
 def _plan_obstacle(tasks: Sequence[Any], paths: Sequence[str], any_scheme: bool) -> str:
     """Why the planned files rule the native path out ("" if they do not)."""
-    deletes = sum(len(t.delete_files) for t in tasks)
-    if deletes:
-        return f"{deletes} delete file(s) apply to the planned files, which Spark's Parquet reader cannot apply"
-    return _path_obstacle(paths, any_scheme)
+    return delete_obstacle(tasks) or _path_obstacle(paths, any_scheme)
 
 
 def _text(options: Mapping[str, Any]) -> dict[str, str]:
@@ -211,11 +225,28 @@ def read_table(spark: Any, table: str, *, native: bool | str = "auto", **options
     """
     with marked_errors():
         plan = plan_native_read(spark, table, native=native, **options)
-    if not plan.native:
-        logger.info("fencedlake: read_table %s at %s through the data source: %s", plan.table, plan.point, plan.reason)
-        return spark.read.format("fencedlake").options(**_text(options)).load(table)
-    logger.info("fencedlake: read_table %s at %s natively: %d data files", plan.table, plan.point, len(plan.files))
-    if not plan.files:
-        return spark.createDataFrame([], plan.schema)
-    # recursiveFileLookup: no partition columns inferred from Iceberg's directory names.
-    return spark.read.schema(plan.schema).option("recursiveFileLookup", "true").parquet(*plan.files)
+    if plan.native:
+        logger.info(
+            "fencedlake: read_table %s at %s natively: %d data files (%d with position deletes)",
+            plan.table,
+            plan.point,
+            len(plan.files),
+            len(plan.dirty),
+        )
+        if not plan.files:
+            return spark.createDataFrame([], plan.schema)
+        # recursiveFileLookup: no partition columns inferred from Iceberg's directory names.
+        reader = spark.read.schema(plan.schema).option("recursiveFileLookup", "true")
+        if not plan.dirty:
+            return reader.parquet(*plan.files)
+        try:
+            return apply_deletes(spark, plan.io, reader, plan.files, plan.dirty)
+        except NameMismatch as e:
+            if native is True:
+                with marked_errors():
+                    raise InvalidOptionsError(
+                        f"read_table({plan.table}, native=True): cannot read natively: {e}"
+                    ) from e
+            plan = dataclasses.replace(plan, native=False, reason=str(e))
+    logger.info("fencedlake: read_table %s at %s through the data source: %s", plan.table, plan.point, plan.reason)
+    return spark.read.format("fencedlake").options(**_text(options)).load(table)
