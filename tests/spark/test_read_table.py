@@ -337,10 +337,72 @@ def test_empty_table_and_bad_arguments(session: Any, wh: str) -> None:
 
 
 def test_paths_spark_would_misread_are_not_handed_to_it() -> None:
-    """Object-store schemes need a Hadoop connector (auto leaves them to the data source); globs are never passed."""
+    """A scheme the session cannot open is the probe's reason; globs are never passed."""
     from pyspark_fenced_sink.spark.native_read import _path_obstacle
 
-    assert _path_obstacle(["/wh/data/a.parquet", "file:///wh/data/b.parquet"], any_scheme=False) == ""
-    assert "s3://" in _path_obstacle(["s3://bucket/data/a.parquet"], any_scheme=False)
-    assert _path_obstacle(["s3://bucket/data/a.parquet"], any_scheme=True) == ""
-    assert "glob" in _path_obstacle(["/wh/data/region=a[1]/f.parquet"], any_scheme=True)
+    def probe(scheme: str) -> str:
+        return "" if scheme == "s3a" else f"no {scheme}"
+
+    assert _path_obstacle(["/wh/data/a.parquet", "file:///wh/data/b.parquet"], probe) == ""
+    assert _path_obstacle(["s3://bucket/data/a.parquet"], probe) == "no s3"
+    assert _path_obstacle(["s3a://bucket/data/a.parquet"], probe) == ""
+    assert "glob" in _path_obstacle(["/wh/data/region=a[1]/f.parquet"], probe)
+
+
+class _FakeJvmFileSystem:
+    """What the probe calls: Hadoop's FileSystem.getFileSystemClass(scheme, conf), over a dict of schemes."""
+
+    def __init__(self, served: dict[str, str]) -> None:
+        self.served = served
+        self.asked: list[str] = []
+
+    def getFileSystemClass(self, scheme: str, conf: Any) -> str:  # noqa: N802 - Hadoop's name
+        self.asked.append(scheme)
+        if scheme not in self.served:
+            raise RuntimeError(f'No FileSystem for scheme "{scheme}"')
+        return self.served[scheme]
+
+
+def _fake_session(served: dict[str, str] | None) -> tuple[Any, _FakeJvmFileSystem]:
+    from types import SimpleNamespace
+
+    fs = _FakeJvmFileSystem(served or {})
+    if served is None:  # Spark Connect: no _jsc, no _jvm
+        return SimpleNamespace(), fs
+    jvm = SimpleNamespace(
+        org=SimpleNamespace(apache=SimpleNamespace(hadoop=SimpleNamespace(fs=SimpleNamespace(FileSystem=fs))))
+    )
+    return SimpleNamespace(_jsc=SimpleNamespace(hadoopConfiguration=dict), _jvm=jvm), fs
+
+
+@pytest.mark.parametrize(
+    ("served", "scheme", "native"),
+    [
+        ({"s3": "org.apache.hadoop.fs.s3a.S3AFileSystem"}, "s3", True),
+        ({"s3a": "org.apache.hadoop.fs.s3a.S3AFileSystem"}, "s3", False),
+        ({"abfs": "org.apache.hadoop.fs.azurebfs.AzureBlobFileSystem"}, "abfs", True),
+        ({}, "gs", False),
+        (None, "s3", False),
+    ],
+    ids=["s3-mapped-to-s3a", "s3-unmapped", "abfs", "gs-no-connector", "connect"],
+)
+def test_auto_goes_native_on_an_object_store_only_where_the_session_can_open_it(
+    served: dict[str, str] | None, scheme: str, native: bool
+) -> None:
+    """The probe asks the session's Hadoop for the scheme's filesystem; Connect cannot be asked."""
+    from pyspark_fenced_sink.spark.native_read import scheme_obstacle
+
+    session, fs = _fake_session(served)
+    reason = scheme_obstacle(session, scheme)
+    assert (reason == "") is native
+    assert fs.asked == ([] if served is None else [scheme])
+    if not native:
+        assert f"{scheme}://" in reason
+
+
+def test_the_probe_asks_the_real_sessions_hadoop(session: Any) -> None:
+    """pip's pyspark serves file:// but has no S3A jar: s3a:// is a reason, file:// none."""
+    from pyspark_fenced_sink.spark.native_read import scheme_obstacle
+
+    assert scheme_obstacle(session, "file") == ""
+    assert "s3a://" in scheme_obstacle(session, "s3a")
