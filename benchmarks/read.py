@@ -28,6 +28,13 @@ A note also gives the Python half alone: fencedlake's executor read path
 (``read_files``) over every file in this process, without Spark, next to
 ``pyarrow.parquet.read_table`` of the same files.
 
+Then an upserted table (issue 34): ``rows`` (at most 1M) keys written in 10 files, then
+10 upserts (3 on the quick profile) of ``rows / 100`` random keys each through the sink's
+harness (position deletes, not compacted), read in full by ``read_table`` (deletes
+anti-joined natively) vs ``spark.read.parquet`` of the same data files (deletes ignored:
+the same bytes), then the same after ``compact`` folded the deletes. Row counts are
+checked against pyiceberg outside the timing.
+
 Queries: a full scan, and a selective filter (one day of the 30:
 ``ts >= day 10 and ts < day 11``). The "files" column is how many data files
 each reader opens: fencedlake's and pyiceberg's planned files (partition and
@@ -52,6 +59,8 @@ from benchmarks.data import T0, spark_frame
 __all__ = ["TARGET_RATIO", "run"]
 
 TARGET_RATIO = 0.8  # issue 15: fencedlake full scan >= 0.8x Spark's native Parquet scan
+UPSERTED_TARGET = 0.8  # issue 34: read_table of an upserted table >= 0.8x native over its data files
+UPSERTED_MAX_ROWS = 1_000_000
 TABLE = "bench.read"
 DAY_LO, DAY_HI = (
     dt.datetime.fromtimestamp(T0 + 10 * 86_400, dt.UTC),
@@ -245,8 +254,24 @@ def run(
                     "ratio vs native": median(paired_ratios(by_reader, name, "native")),
                 }
             )
+    upserted = _upserted(spark, min(rows, UPSERTED_MAX_ROWS), reps, workdir, log)
+    for row in upserted["rows"]:
+        result.rows.append(row)
+        if row["reader"] == "fencedlake read_table" and row["ratio vs native"] < UPSERTED_TARGET:
+            result.warnings.append(
+                f"{row['query']}: read_table is {row['ratio vs native']:.2f}x native (target >= {UPSERTED_TARGET}x)"
+            )
+    result.notes.append(upserted["note"])
     result.data.update(
-        {"rows": rows, "reps": reps, "samples_s": samples, "files": files, "splits": splits, "python_half_s": python_s}
+        {
+            "upserted": upserted["data"],
+            "rows": rows,
+            "reps": reps,
+            "samples_s": samples,
+            "files": files,
+            "splits": splits,
+            "python_half_s": python_s,
+        }
     )
     result.notes += [
         f"ratio = native time / reader time, median of the {reps} paired round(s) (>1 is faster than native). "
@@ -281,3 +306,78 @@ def run(
             f"a bare pyarrow Python source over the same files runs at {full['python floor']['ratio vs native']:.2f}x"
         )
     return result
+
+
+def _upserted(spark: Any, rows: int, reps: int, workdir: str | None, log: Callable[[str], None]) -> dict[str, Any]:
+    """read_table vs native over the same data files: an upserted table with position deletes, then compacted."""
+    import numpy as np
+
+    from benchmarks import upsert
+    from pyspark_fenced_sink import read_table
+    from pyspark_fenced_sink.iceberg.catalogs import embedded_catalog
+    from pyspark_fenced_sink.ops.compact import compact_table, local_runner
+    from pyspark_fenced_sink.testing.harness import open_target
+
+    upserts = 10 if rows >= UPSERTED_MAX_ROWS else 3
+    keys = max(rows // 100, 10)
+    out: list[dict[str, Any]] = []
+    data: dict[str, Any] = {"rows": rows, "upserts": upserts, "keys": keys}
+    with tempfile.TemporaryDirectory(prefix="fencedlake-bench-upserted-", dir=workdir) as tmp:
+        wh = str(Path(tmp) / "wh")
+        upsert.build(wh, rows)
+        rng = np.random.default_rng(34)
+        for u in range(upserts):
+            upsert._write(wh, upsert.changes(rng, rows, keys, clustered=False, salt=u + 1), upsert.UPSERT)
+        for state in ("upserted", "compacted"):
+            if state == "compacted":
+                compact_table(open_target(wh, upsert.TABLE), upsert.TABLE, local_runner, min_input_files=2)
+            table = embedded_catalog(wh).load_table(upsert.TABLE)
+            tasks = list(table.scan().plan_files())
+            paths = [t.file.file_path for t in tasks]
+            deletes = len({d.file_path for t in tasks for d in t.delete_files})
+            expected = table.scan().to_arrow().num_rows
+
+            def native(paths: list[str] = paths) -> Any:
+                return spark.read.parquet(*paths)
+
+            def table_read() -> Any:
+                return read_table(spark, upsert.TABLE, warehouse=wh)
+
+            counts = {"native": native().count(), "read_table": table_read().count()}
+            if counts["read_table"] != expected:
+                raise BenchmarkError(f"{state}: read_table counted {counts['read_table']} rows, pyiceberg {expected}")
+
+            def timed(make: Callable[[], Any]) -> Callable[[int], float]:
+                def fn(rep: int) -> float:
+                    t0 = time.perf_counter()
+                    make().write.format("noop").mode("overwrite").save()
+                    return time.perf_counter() - t0
+
+                return fn
+
+            query = f"{state} table, full scan"
+            log(f"  {query}: {expected:,} rows, {len(paths)} data files, {deletes} delete files")
+            runs = max(reps, 3)
+            samples = interleaved(
+                [("native", timed(native)), ("fencedlake read_table", timed(table_read))], runs, warmup=True, log=log
+            )
+            data[state] = {"samples_s": samples, "data_files": len(paths), "delete_files": deletes}
+            for name in ("native", "fencedlake read_table"):
+                seconds = median(samples[name])
+                out.append(
+                    {
+                        "query": query,
+                        "reader": name + (" (deletes ignored)" if name == "native" and deletes else ""),
+                        "rows": counts["native" if name == "native" else "read_table"],
+                        "files read": f"{len(paths)} data + {deletes if name != 'native' else 0} delete",
+                        "median s": seconds,
+                        "rows/s": expected / seconds if seconds else float("nan"),
+                        "ratio vs native": median(paired_ratios(samples, name, "native")),
+                    }
+                )
+    note = (
+        f"Upserted table: {rows:,} keys in 10 files, {upserts} upserts of {keys:,} random keys (position deletes, "
+        "not compacted), then compacted; read_table anti-joins the deletes on (data file, row index) natively; "
+        "native reads the same data files and ignores the deletes (more rows, the same bytes)."
+    )
+    return {"rows": out, "note": note, "data": data}

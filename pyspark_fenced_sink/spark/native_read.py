@@ -3,24 +3,39 @@
 Plans exactly as ``spark.read.format("fencedlake")`` does, then hands the planned
 files to ``spark.read.parquet`` with the table's schema and each column's
 Iceberg field id (``spark.sql.parquet.fieldId.read.enabled``), so columns match by
-id. Wherever the rows could differ (delete files, a name mapping, ``uuid``/
-``time``/v3 columns or defaults, non-local files, glob characters, the field-id
-conf off, a ``filter`` option: the data source applies it to every row) it falls back to the
-data source and logs why; ``native=True`` raises
-the reason instead. Measured in docs/benchmarks.md §7.
+id. Position delete files are applied natively too, by an anti-join on (data file,
+row index) (``spark.native_deletes``). Object stores go native under ``"auto"`` when
+the session's Hadoop configuration serves the scheme (:func:`scheme_obstacle`).
+Wherever the rows could differ it falls back to the data source and logs why
+(``native=True`` raises the reason instead): equality deletes are refused by the
+planner; a name mapping (files without field ids), ``uuid``/``time``/v3 columns and
+column defaults stay with the data source (Spark's Parquet reader reads them otherwise
+and has no default for a missing column); also delete files that are not Parquet
+position deletes, a ``_metadata`` column, glob characters, the field-id conf off, a
+``filter`` option (the data source applies it to every row), and a Spark Connect
+session on an object store (it cannot be asked for a filesystem). Measured in
+docs/benchmarks.md §7.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
 from pyspark_fenced_sink.errors import InvalidOptionsError, marked_errors
+from pyspark_fenced_sink.spark.native_deletes import (
+    DirtyFile,
+    NameMismatch,
+    apply_deletes,
+    delete_obstacle,
+    dirty_files,
+)
 
-__all__ = ["FIELD_ID_READ", "NativeReadPlan", "plan_native_read", "read_table"]
+__all__ = ["FIELD_ID_READ", "NativeReadPlan", "plan_native_read", "read_table", "scheme_obstacle"]
 
 logger = logging.getLogger(__name__)
 
@@ -30,7 +45,10 @@ FIELD_ID_READ = "spark.sql.parquet.fieldId.read.enabled"
 FIELD_ID_KEY = "parquet.field.id"
 #: Iceberg's table property naming the columns of files written without field ids.
 NAME_MAPPING_PROPERTY = "schema.name-mapping.default"
+#: Spark's hidden column of a file's name and a row's position (shadowed by a table column of that name).
+METADATA_COLUMN = "_metadata"
 _GLOB_CHARS = frozenset("*?[]{}\\")
+_LOGGED_SCHEMES: set[str] = set()
 _NATIVE_MODES = ("auto", True, False)
 
 
@@ -45,6 +63,8 @@ class NativeReadPlan:
         reason: Why the data source is used (empty when native).
         files: The planned data files' paths (empty for a data source read).
         schema: The Spark schema of the rows, with field ids in its metadata when native.
+        dirty: The planned data files that have position deletes, with their delete files.
+        io: The table's FileIO (reads the delete files on the driver).
     """
 
     table: str
@@ -53,6 +73,8 @@ class NativeReadPlan:
     reason: str
     files: tuple[str, ...]
     schema: Any
+    dirty: tuple[DirtyFile, ...] = ()
+    io: Any = None
 
 
 def _type_obstacle(schema: Any) -> str:
@@ -69,17 +91,50 @@ def _type_obstacle(schema: Any) -> str:
     return ""
 
 
-def _path_obstacle(paths: Sequence[str], any_scheme: bool) -> str:
-    """Why Spark's Parquet reader should not be handed ``paths`` ("" if it can be)."""
+def scheme_obstacle(spark: Any, scheme: str) -> str:
+    """Why ``spark`` cannot open ``scheme://`` files with a Hadoop filesystem ("" if it can; never connects).
+
+    Asks Hadoop which class serves the scheme (``fs.<scheme>.impl`` or a connector's service
+    registration, as Spark's reader will) and whether that class loads. A Spark Connect session
+    (no ``_jsc``) cannot be asked. The reason is logged once per scheme.
+    """
+    jsc, jvm = getattr(spark, "_jsc", None), getattr(spark, "_jvm", None)
+    if jsc is None or jvm is None:
+        reason = (
+            f"data files are on {scheme}://; a Spark Connect session cannot be asked for a Hadoop filesystem of "
+            "the scheme (read_table(..., native=True) uses the server's if it has one)"
+        )
+    else:
+        try:
+            jvm.org.apache.hadoop.fs.FileSystem.getFileSystemClass(scheme, jsc.hadoopConfiguration())
+            return ""
+        except Exception as e:  # noqa: BLE001 - py4j raises Py4JJavaError (no class, no connector jar)
+            first = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
+            reason = (
+                f"data files are on {scheme}://, which this session's Hadoop configuration cannot open ({first}); "
+                f"add the connector (hadoop-aws for s3a://, with fs.{scheme}.impl for s3://; hadoop-azure for "
+                "abfs://; the GCS connector for gs://) or pass native=True to try"
+            )
+    if scheme not in _LOGGED_SCHEMES:
+        _LOGGED_SCHEMES.add(scheme)
+        logger.warning("fencedlake: read_table falls back to the data source for %s:// files: %s", scheme, reason)
+    return reason
+
+
+def _path_obstacle(paths: Sequence[str], scheme_reason: Callable[[str], str]) -> str:
+    """Why Spark's Parquet reader should not be handed ``paths`` ("" if it can be).
+
+    ``scheme_reason``: why files of a non-local scheme cannot be read ("" if they can).
+    """
+    schemes: dict[str, str] = {}
     for path in paths:
         if any(c in _GLOB_CHARS for c in path):
             return f"data file {path!r} has a glob character in its path, which Spark would expand"
         scheme = urlsplit(path).scheme
-        if not any_scheme and scheme not in ("", "file"):
-            return (
-                f"data files are on {scheme}://, which Spark's Parquet reader opens only through a Hadoop connector "
-                "(read_table(..., native=True) uses it when the session has one)"
-            )
+        if scheme not in ("", "file") and scheme not in schemes:
+            schemes[scheme] = scheme_reason(scheme)
+            if schemes[scheme]:
+                return schemes[scheme]
     return ""
 
 
@@ -129,8 +184,9 @@ def plan_native_read(spark: Any, table: str, *, native: bool | str = "auto", **o
     Args:
         spark: The driver's SparkSession (its field-id conf is set if unset; see the module docstring).
         table: ``namespace.table``.
-        native: ``"auto"``: Spark's Parquet reader when it gives the data source's rows and the files are
-            local; ``True``: that reader or an error; ``False``: always the data source.
+        native: ``"auto"``: Spark's Parquet reader when it gives the data source's rows and the session can
+            open the files (local, or a scheme its Hadoop configuration serves: :func:`scheme_obstacle`);
+            ``True``: that reader or an error; ``False``: always the data source.
         **options: Read options (``warehouse``, ``catalog``, ``catalog.<key>``, time travel, ...).
 
     Raises:
@@ -169,28 +225,29 @@ def plan_native_read(spark: Any, table: str, *, native: bool | str = "auto", **o
     if not reason and not opts.incremental:
         tasks = plan_files(iceberg, point, AlwaysTrue(), opts.table)
     paths = tuple(t.file.file_path for t in tasks)
-    reason = reason or _plan_obstacle(tasks, paths, native is True) or _field_id_conf(spark)
+    probe: Callable[[str], str] = (lambda _: "") if native is True else (lambda scheme: scheme_obstacle(spark, scheme))
+    reason = reason or _plan_obstacle(tasks, paths, probe) or _field_id_conf(spark)
     schema = spark_schema_from_iceberg(point.schema)
     if reason and native is True:
         raise InvalidOptionsError(f"read_table({opts.table}, native=True): cannot read natively: {reason}")
     if reason:
         return NativeReadPlan(opts.table, point.label, False, reason, (), schema)
-    return NativeReadPlan(opts.table, point.label, True, "", paths, _with_field_ids(schema, point.schema.as_struct()))
+    ids = _with_field_ids(schema, point.schema.as_struct())
+    return NativeReadPlan(opts.table, point.label, True, "", paths, ids, dirty_files(tasks), iceberg.io)
 
 
 def _table_obstacle(iceberg: Any, schema: Any) -> str:
     """Why the table's metadata rules the native path out ("" if it does not)."""
     if NAME_MAPPING_PROPERTY in iceberg.properties:
         return f"the table has {NAME_MAPPING_PROPERTY} (data files without field ids)"
+    if any(f.name == METADATA_COLUMN for f in schema.fields):
+        return f"the table has a column {METADATA_COLUMN!r}, which hides Spark's file metadata column"
     return _type_obstacle(schema)
 
 
-def _plan_obstacle(tasks: Sequence[Any], paths: Sequence[str], any_scheme: bool) -> str:
+def _plan_obstacle(tasks: Sequence[Any], paths: Sequence[str], scheme_reason: Callable[[str], str]) -> str:
     """Why the planned files rule the native path out ("" if they do not)."""
-    deletes = sum(len(t.delete_files) for t in tasks)
-    if deletes:
-        return f"{deletes} delete file(s) apply to the planned files, which Spark's Parquet reader cannot apply"
-    return _path_obstacle(paths, any_scheme)
+    return delete_obstacle(tasks) or _path_obstacle(paths, scheme_reason)
 
 
 def _text(options: Mapping[str, Any]) -> dict[str, str]:
@@ -211,11 +268,28 @@ def read_table(spark: Any, table: str, *, native: bool | str = "auto", **options
     """
     with marked_errors():
         plan = plan_native_read(spark, table, native=native, **options)
-    if not plan.native:
-        logger.info("fencedlake: read_table %s at %s through the data source: %s", plan.table, plan.point, plan.reason)
-        return spark.read.format("fencedlake").options(**_text(options)).load(table)
-    logger.info("fencedlake: read_table %s at %s natively: %d data files", plan.table, plan.point, len(plan.files))
-    if not plan.files:
-        return spark.createDataFrame([], plan.schema)
-    # recursiveFileLookup: no partition columns inferred from Iceberg's directory names.
-    return spark.read.schema(plan.schema).option("recursiveFileLookup", "true").parquet(*plan.files)
+    if plan.native:
+        logger.info(
+            "fencedlake: read_table %s at %s natively: %d data files (%d with position deletes)",
+            plan.table,
+            plan.point,
+            len(plan.files),
+            len(plan.dirty),
+        )
+        if not plan.files:
+            return spark.createDataFrame([], plan.schema)
+        # recursiveFileLookup: no partition columns inferred from Iceberg's directory names.
+        reader = spark.read.schema(plan.schema).option("recursiveFileLookup", "true")
+        if not plan.dirty:
+            return reader.parquet(*plan.files)
+        try:
+            return apply_deletes(spark, plan.io, reader, plan.files, plan.dirty)
+        except NameMismatch as e:
+            if native is True:
+                with marked_errors():
+                    raise InvalidOptionsError(
+                        f"read_table({plan.table}, native=True): cannot read natively: {e}"
+                    ) from e
+            plan = dataclasses.replace(plan, native=False, reason=str(e))
+    logger.info("fencedlake: read_table %s at %s through the data source: %s", plan.table, plan.point, plan.reason)
+    return spark.read.format("fencedlake").options(**_text(options)).load(table)

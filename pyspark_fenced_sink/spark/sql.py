@@ -95,35 +95,64 @@ def _literal(value: Any) -> str:
     return "'" + str(value).replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
+def _check_view_name(view: str) -> None:
+    if not view.replace("_", "").isalnum():
+        raise InvalidOptionsError(f"view name {view!r} is invalid: expected letters, digits and '_'")
+
+
 def view_statement(view: str, table: str, options: Mapping[str, Any], schema: str | None = None) -> str:
     """The ``CREATE OR REPLACE TEMPORARY VIEW ... USING fencedlake OPTIONS (...)`` statement for :func:`register_view`.
 
     Raises:
         InvalidOptionsError: a view name that is not one SQL identifier, or a bad table name.
     """
-    if not view.replace("_", "").isalnum():
-        raise InvalidOptionsError(f"view name {view!r} is invalid: expected letters, digits and '_'")
+    _check_view_name(view)
     pairs = {TABLE: validate_table_name(table), **{str(k): v for k, v in options.items() if v is not None}}
     body = ", ".join(f"{_literal(k)} {_literal(v)}" for k, v in pairs.items())
     columns = f" ({schema})" if schema else ""
     return f"CREATE OR REPLACE TEMPORARY VIEW `{view}`{columns} USING fencedlake OPTIONS ({body})"
 
 
-def register_view(spark: Any, view: str, table: str, *, schema: str | None = None, **options: Any) -> str:
+def register_view(
+    spark: Any, view: str, table: str, *, schema: str | None = None, native: bool | str = False, **options: Any
+) -> str:
     """Declare fencedlake table ``table`` as the temporary view ``view`` of ``spark``'s session, for SQL.
 
     ``SELECT ... FROM view``, ``INSERT INTO view`` (append) and ``INSERT OVERWRITE view`` (what
     ``overwrite-mode`` / ``replace-where`` say; static: every row) then read and write ``table``
     exactly as ``format("fencedlake")`` does with ``options`` (the sink's and the reader's options,
     e.g. ``warehouse="/data/lake"``, ``**{"overwrite-mode": "dynamic"}``). Works on classic and Spark
-    Connect sessions. The view lives as long as the session.
+    Connect sessions. The view lives as long as the session and reads the table's newest snapshot
+    at every query.
 
     Spark reads the table's schema when the view is declared, so a table that does not exist yet
     needs ``schema`` (its columns in SQL DDL, ``"id BIGINT, ts TIMESTAMP"``); the first ``INSERT``
     then creates it.
 
+    ``native=True`` (or ``"auto"``: native where exact, else the data source) declares a read-only
+    view of :func:`pyspark_fenced_sink.read_table` instead: Spark's own Parquet reader, SQL filters
+    pruning files and row groups. It is a **snapshot**: the view keeps the files planned when it was
+    declared, so a later commit is not seen until the view is declared again, and ``INSERT`` into it
+    is refused by Spark. Hence not the default.
+
     Returns:
         The view's name.
+
+    Raises:
+        InvalidOptionsError: a bad view name, ``schema`` with ``native``, bad read options, or
+            ``native=True`` on a table the native path cannot read.
     """
-    spark.sql(view_statement(view, table, options, schema))
+    if native is False:
+        spark.sql(view_statement(view, table, options, schema))
+        return view
+    from pyspark_fenced_sink.spark.native_read import read_table
+
+    with marked_errors():
+        _check_view_name(view)
+        if schema is not None:
+            raise InvalidOptionsError(
+                f"register_view({view!r}, native={native!r}) reads an existing table: schema= is for a view of a "
+                "table no write has created yet (native=False)"
+            )
+    read_table(spark, validate_table_name(table), native=native, **options).createOrReplaceTempView(view)
     return view

@@ -26,6 +26,8 @@ from pyspark.sql import types as T  # noqa: N812 - the usual pyspark idiom
 
 from pyspark_fenced_sink import InvalidOptionsError, read_table
 from pyspark_fenced_sink.iceberg.catalogs import embedded_catalog
+from pyspark_fenced_sink.spark import native_deletes
+from pyspark_fenced_sink.spark.native_deletes import listed_name, spark_file_name
 from pyspark_fenced_sink.spark.native_read import FIELD_ID_READ, plan_native_read
 from tests.read.rowdelta import commit_deletes, position_delete_file
 
@@ -216,21 +218,79 @@ def test_time_travel_reads_the_files_of_that_snapshot(session: Any, wh: str) -> 
         assert sorted(r.id for r in _source(session, wh, "db.travel", **options).collect()) == ids
 
 
-def test_position_deletes_send_the_read_through_the_data_source(session: Any, wh: str) -> None:
-    """Spark's Parquet reader cannot apply delete files: auto falls back (rows without the deleted ones)."""
+@pytest.mark.parametrize("collect_limit", [native_deletes.COLLECT_LIMIT, -1], ids=["collected", "spark-read"])
+def test_position_deletes_are_applied_natively_per_planned_data_file(
+    session: Any, wh: str, collect_limit: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Deleted positions leave the rows (collected on the driver, or read by Spark); clean files join nothing."""
+    monkeypatch.setattr(native_deletes, "COLLECT_LIMIT", collect_limit)
+    table_name = f"db.deleted_{'c' if collect_limit > 0 else 's'}"
+    schema = T.StructType([T.StructField("id", T.LongType(), False), T.StructField("s", T.StringType())])
+    for lo in (0, 10, 20):
+        _write(session, wh, table_name, [(i, f"s{i}") for i in range(lo, lo + 10)], schema)
+    table = embedded_catalog(wh).load_table(table_name)
+    files = sorted((t.file for t in table.scan().plan_files()), key=lambda f: f.file_path)
+    first, second = files[0].file_path, files[1].file_path
+    table = commit_deletes(table, [position_delete_file(table, first, [0, 3])])
+    # One delete file naming two data files (no bounds: the planner applies it to both) and a third, unplanned one.
+    shared = position_delete_file(table, first, [4], named=False)
+    table = commit_deletes(table, [shared, position_delete_file(table, second, [1])])
+    plan = plan_native_read(session, table_name, warehouse=wh)
+    assert plan.native and {f.path for f in plan.dirty} >= {first, second}
+    df = read_table(session, table_name, warehouse=wh, native=True)
+    source = _source(session, wh, table_name)
+    kept = _sorted(df)
+    assert kept == _sorted(source) == sorted(table.scan().to_arrow().to_pylist(), key=lambda r: r["id"])
+    assert len(kept) == 30 - 4
+    assert df.columns == ["id", "s"] and df.schema.simpleString() == source.schema.simpleString()
+    executed = df._jdf.queryExecution().executedPlan().toString()
+    assert "FileScan parquet" in executed and "BatchEvalPython" not in executed and "PythonScan" not in executed
+    read = {_local(p, uri=True) for p in df.inputFiles()}
+    deletes = {_local(p) for f in plan.dirty for p in f.delete_files}
+    assert read - deletes == {_local(p) for p in plan.files}  # Spark reads the delete files only when told to
+    assert (read & deletes == deletes) is (collect_limit < 0)
+
+
+def test_delete_rows_are_checked_against_every_reader_and_the_count_drops(session: Any, wh: str) -> None:
+    """Without the deletes the count would stay: a reader that ignored them fails here."""
     schema = T.StructType([T.StructField("id", T.LongType(), False)])
-    _write(session, wh, "db.deleted", [(i,) for i in range(10)], schema)
-    table = embedded_catalog(wh).load_table("db.deleted")
+    _write(session, wh, "db.dropcount", [(i,) for i in range(10)], schema)
+    table = embedded_catalog(wh).load_table("db.dropcount")
     data_file = next(iter(table.scan().plan_files())).file.file_path
+    before = read_table(session, "db.dropcount", warehouse=wh).count()
     commit_deletes(table, [position_delete_file(table, data_file, [0, 3])])
-    plan = plan_native_read(session, "db.deleted", warehouse=wh)
-    assert not plan.native and "delete file" in plan.reason and plan.files == ()
-    df = read_table(session, "db.deleted", warehouse=wh)
+    df = read_table(session, "db.dropcount", warehouse=wh, native=True)
+    assert (before, df.count()) == (10, 8)
+    assert sorted(r.id for r in df.collect()) == [1, 2, 4, 5, 6, 7, 8, 9]
+
+
+def test_spark_file_names_are_predicted_as_hadoop_spells_them() -> None:
+    """Iceberg's local forms all become Spark's ``file:/``; escaped characters as java.net.URI escapes them."""
+    assert spark_file_name("/wh/d/a.parquet") == "file:/wh/d/a.parquet"
+    assert spark_file_name("file:///wh/d/a.parquet") == "file:/wh/d/a.parquet"
+    assert spark_file_name("file:/wh//d/a.parquet") == "file:/wh/d/a.parquet"
+    assert spark_file_name("s3://bucket/wh/d/a b%.parquet") == "s3://bucket/wh/d/a%20b%25.parquet"
+    assert spark_file_name("/wh/k=a~x/\u00e9.parquet") == "file:/wh/k=a~x/\u00e9.parquet"
+    assert spark_file_name("file:///wh/h#k?.parquet") == "file:/wh/h%23k%3F.parquet"
+    assert listed_name("file:/wh/a.parquet") == "file:///wh/a.parquet"
+    assert listed_name("s3a://b/a.parquet") == "s3a://b/a.parquet"
+
+
+def test_a_file_spark_names_otherwise_leaves_the_read_to_the_data_source(
+    session: Any, wh: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A wrong name prediction would lose the deletes: auto falls back, native=True raises."""
+    schema = T.StructType([T.StructField("id", T.LongType(), False)])
+    _write(session, wh, "db.misnamed", [(i,) for i in range(10)], schema)
+    table = embedded_catalog(wh).load_table("db.misnamed")
+    data_file = next(iter(table.scan().plan_files())).file.file_path
+    commit_deletes(table, [position_delete_file(table, data_file, [1])])
+    monkeypatch.setattr(native_deletes, "spark_file_name", lambda path: "file:/elsewhere" + path)
+    df = read_table(session, "db.misnamed", warehouse=wh)
     assert "FileScan parquet" not in df._jdf.queryExecution().executedPlan().toString()
-    kept = sorted(r.id for r in df.collect())
-    assert len(kept) == 8 and kept == sorted(r.id for r in _source(session, wh, "db.deleted").collect())
-    with pytest.raises(InvalidOptionsError, match="delete file"):
-        read_table(session, "db.deleted", warehouse=wh, native=True)
+    assert sorted(r.id for r in df.collect()) == [0, *range(2, 10)]
+    with pytest.raises(InvalidOptionsError, match="names the files otherwise"):
+        read_table(session, "db.misnamed", warehouse=wh, native=True)
 
 
 def test_types_spark_parquet_reads_differently_use_the_data_source(session: Any, wh: str) -> None:
@@ -277,10 +337,72 @@ def test_empty_table_and_bad_arguments(session: Any, wh: str) -> None:
 
 
 def test_paths_spark_would_misread_are_not_handed_to_it() -> None:
-    """Object-store schemes need a Hadoop connector (auto leaves them to the data source); globs are never passed."""
+    """A scheme the session cannot open is the probe's reason; globs are never passed."""
     from pyspark_fenced_sink.spark.native_read import _path_obstacle
 
-    assert _path_obstacle(["/wh/data/a.parquet", "file:///wh/data/b.parquet"], any_scheme=False) == ""
-    assert "s3://" in _path_obstacle(["s3://bucket/data/a.parquet"], any_scheme=False)
-    assert _path_obstacle(["s3://bucket/data/a.parquet"], any_scheme=True) == ""
-    assert "glob" in _path_obstacle(["/wh/data/region=a[1]/f.parquet"], any_scheme=True)
+    def probe(scheme: str) -> str:
+        return "" if scheme == "s3a" else f"no {scheme}"
+
+    assert _path_obstacle(["/wh/data/a.parquet", "file:///wh/data/b.parquet"], probe) == ""
+    assert _path_obstacle(["s3://bucket/data/a.parquet"], probe) == "no s3"
+    assert _path_obstacle(["s3a://bucket/data/a.parquet"], probe) == ""
+    assert "glob" in _path_obstacle(["/wh/data/region=a[1]/f.parquet"], probe)
+
+
+class _FakeJvmFileSystem:
+    """What the probe calls: Hadoop's FileSystem.getFileSystemClass(scheme, conf), over a dict of schemes."""
+
+    def __init__(self, served: dict[str, str]) -> None:
+        self.served = served
+        self.asked: list[str] = []
+
+    def getFileSystemClass(self, scheme: str, conf: Any) -> str:  # noqa: N802 - Hadoop's name
+        self.asked.append(scheme)
+        if scheme not in self.served:
+            raise RuntimeError(f'No FileSystem for scheme "{scheme}"')
+        return self.served[scheme]
+
+
+def _fake_session(served: dict[str, str] | None) -> tuple[Any, _FakeJvmFileSystem]:
+    from types import SimpleNamespace
+
+    fs = _FakeJvmFileSystem(served or {})
+    if served is None:  # Spark Connect: no _jsc, no _jvm
+        return SimpleNamespace(), fs
+    jvm = SimpleNamespace(
+        org=SimpleNamespace(apache=SimpleNamespace(hadoop=SimpleNamespace(fs=SimpleNamespace(FileSystem=fs))))
+    )
+    return SimpleNamespace(_jsc=SimpleNamespace(hadoopConfiguration=dict), _jvm=jvm), fs
+
+
+@pytest.mark.parametrize(
+    ("served", "scheme", "native"),
+    [
+        ({"s3": "org.apache.hadoop.fs.s3a.S3AFileSystem"}, "s3", True),
+        ({"s3a": "org.apache.hadoop.fs.s3a.S3AFileSystem"}, "s3", False),
+        ({"abfs": "org.apache.hadoop.fs.azurebfs.AzureBlobFileSystem"}, "abfs", True),
+        ({}, "gs", False),
+        (None, "s3", False),
+    ],
+    ids=["s3-mapped-to-s3a", "s3-unmapped", "abfs", "gs-no-connector", "connect"],
+)
+def test_auto_goes_native_on_an_object_store_only_where_the_session_can_open_it(
+    served: dict[str, str] | None, scheme: str, native: bool
+) -> None:
+    """The probe asks the session's Hadoop for the scheme's filesystem; Connect cannot be asked."""
+    from pyspark_fenced_sink.spark.native_read import scheme_obstacle
+
+    session, fs = _fake_session(served)
+    reason = scheme_obstacle(session, scheme)
+    assert (reason == "") is native
+    assert fs.asked == ([] if served is None else [scheme])
+    if not native:
+        assert f"{scheme}://" in reason
+
+
+def test_the_probe_asks_the_real_sessions_hadoop(session: Any) -> None:
+    """pip's pyspark serves file:// but has no S3A jar: s3a:// is a reason, file:// none."""
+    from pyspark_fenced_sink.spark.native_read import scheme_obstacle
+
+    assert scheme_obstacle(session, "file") == ""
+    assert "s3a://" in scheme_obstacle(session, "s3a")

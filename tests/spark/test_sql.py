@@ -179,3 +179,23 @@ def test_a_view_reads_the_snapshot_its_first_query_planned_until_declared_again(
     register_view(spark, "frozen", "sql.frozen", warehouse=wh)
     assert spark.sql("SELECT count(*) AS n FROM frozen").collect()[0].n == 3
     assert ids_of(wh, "sql.frozen") == [1, 2, 3]
+
+
+def test_a_native_view_reads_through_sparks_parquet_scan_as_a_snapshot(spark: Any, wh: str) -> None:
+    """register_view(native=True): Spark's file scan, the data source's rows; a later commit needs a new view."""
+    session = spark.newSession()
+    session.range(5).write.format("fencedlake").mode("append").option("warehouse", wh).save("sql.snap")
+    register_view(session, "snap_native", "sql.snap", native=True, warehouse=wh)
+    register_view(session, "snap_source", "sql.snap", warehouse=wh)
+    rows = session.sql("SELECT id FROM snap_native WHERE id >= 2")
+    assert "FileScan parquet" in rows._jdf.queryExecution().executedPlan().toString()
+    assert sorted(r.id for r in rows.collect()) == [2, 3, 4]
+    session.range(5, 8).write.format("fencedlake").mode("append").option("warehouse", wh).save("sql.snap")
+    assert session.sql("SELECT count(*) AS n FROM snap_source").first().n == 8  # the data source: every query
+    assert session.sql("SELECT count(*) AS n FROM snap_native").first().n == 5  # the snapshot planned at declaring
+    register_view(session, "snap_native", "sql.snap", native="auto", warehouse=wh)
+    assert session.sql("SELECT count(*) AS n FROM snap_native").first().n == 8
+    with pytest.raises(Exception):  # noqa: B017, PT011 - Spark's own refusal (a DataFrame view is not insertable)
+        session.sql("INSERT INTO snap_native VALUES (9)").collect()
+    with pytest.raises(InvalidOptionsError, match="schema="):
+        register_view(session, "snap_new", "sql.none", native=True, schema="id BIGINT", warehouse=wh)

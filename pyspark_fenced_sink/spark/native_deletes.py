@@ -1,0 +1,232 @@
+"""Position deletes on read_table's native path: an anti-join on (data file, row position) (PROTOCOL.md §14; driver).
+
+The planner scopes each position delete file to data files (a pyiceberg ``FileScanTask``'s
+``delete_files``). The data files that have deletes ("dirty") are read by Spark's Parquet reader
+with its hidden ``_metadata.file_path`` and ``_metadata.row_index``; each row gets the number of its
+file from a small broadcast table of Spark's name for each dirty file, and its key
+``file number * 2**32 + row index`` is left-anti-joined (broadcast) with the deleted keys. A deleted
+key counts only for the data files its delete file is planned for (a ``file_path`` row naming
+another file is ignored, as pyiceberg ignores it). Data files without deletes are read apart,
+with no join.
+
+The deleted keys are read on the driver with pyarrow when the delete files hold at most
+:data:`COLLECT_LIMIT` rows (Spark pays a task's worth of work per small file, and upserts write
+many small ones); beyond that Spark's Parquet reader reads them, scoped by a join.
+
+Spark names a file by a URI (``file:/data/x.parquet``) where Iceberg may write ``/data/x.parquet``
+or ``file:///data/x.parquet``: :func:`spark_file_name` predicts Spark's name, and the prediction
+is checked against the names Spark lists (``DataFrame.inputFiles()``, which spells local files
+``file:///``) before any row is joined; a mismatch leaves the read to the data source (:class:`NameMismatch`).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = [
+    "COLLECT_LIMIT",
+    "DirtyFile",
+    "NameMismatch",
+    "apply_deletes",
+    "delete_obstacle",
+    "listed_name",
+    "spark_file_name",
+]
+
+logger = logging.getLogger(__name__)
+
+#: Delete files holding at most this many rows (positions) are read on the driver (the keys: 8 bytes a row).
+COLLECT_LIMIT = 2_000_000
+#: A row's key is ``file number << _ROW_BITS | row index``: a data file may hold up to 2**32 rows.
+_ROW_BITS = 32
+_FILE = "__fencedlake_file"
+_ROW = "__fencedlake_row"
+_KEY = "__fencedlake_key"
+_NUMBER = "__fencedlake_number"
+#: Characters java.net.URI (so Hadoop's Path, so Spark's file names) escapes in a path; '%' first.
+_ESCAPED = '% "<>\\^`{|}#?[]'
+_SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*):(?=/)")
+
+
+class NameMismatch(Exception):
+    """Spark names some data file otherwise than predicted: the native path would not find its rows."""
+
+
+@dataclass(frozen=True)
+class DirtyFile:
+    """A planned data file and the position delete files the planner applies to it.
+
+    Attributes:
+        path: The data file's path as Iceberg records it (and as its delete files name it).
+        record_count: Its rows.
+        delete_files: The delete files' paths.
+        delete_rows: Rows in those delete files (all of them: a file may also name other data files).
+    """
+
+    path: str
+    record_count: int
+    delete_files: tuple[str, ...]
+    delete_rows: int
+
+
+def delete_obstacle(tasks: Sequence[Any]) -> str:
+    """Why the native path cannot apply the delete files of ``tasks`` ("" if it can)."""
+    from pyiceberg.manifest import DataFileContent, FileFormat
+
+    for task in tasks:
+        for delete in task.delete_files:
+            if delete.content != DataFileContent.POSITION_DELETES or delete.file_format != FileFormat.PARQUET:
+                return (
+                    f"delete file {delete.file_path!r} is {delete.content.name.lower()} in "
+                    f"{delete.file_format.name}: the native path applies Parquet position deletes only"
+                )
+        if task.delete_files and task.file.record_count >= 1 << _ROW_BITS:
+            return f"data file {task.file.file_path!r} has {task.file.record_count} rows (2**32 at most with deletes)"
+    return ""
+
+
+def dirty_files(tasks: Sequence[Any]) -> tuple[DirtyFile, ...]:
+    """The planned data files that have delete files, in plan order."""
+    return tuple(
+        DirtyFile(
+            t.file.file_path,
+            t.file.record_count,
+            tuple(sorted(d.file_path for d in t.delete_files)),
+            sum(d.record_count for d in t.delete_files),
+        )
+        for t in tasks
+        if t.delete_files
+    )
+
+
+def spark_file_name(path: str) -> str:
+    """The name Spark's file scan gives ``path`` in ``_metadata.file_path``: a Hadoop path URI.
+
+    ``/a/b``, ``file:/a/b`` and ``file:///a/b`` are ``file:/a/b``; repeated and trailing slashes go;
+    characters java.net.URI escapes are escaped (``%`` too: Hadoop reads none as an escape). A
+    prediction, checked against Spark's listing (:func:`listed_name`) before use.
+    """
+    match = _SCHEME.match(path)
+    scheme, rest = (match.group(1), path[match.end() :]) if match else ("file", path)
+    authority = ""
+    if rest.startswith("//"):
+        authority, _, rest = rest[2:].partition("/")
+        rest = "/" + rest
+    while "//" in rest:
+        rest = rest.replace("//", "/")
+    if len(rest) > 1:
+        rest = rest.rstrip("/")
+    for char in _ESCAPED:
+        rest = rest.replace(char, f"%{ord(char):02X}")
+    if scheme.lower() == "file" or not authority:
+        return f"{scheme}:{rest}"
+    return f"{scheme}://{authority}{rest}"
+
+
+def listed_name(name: str) -> str:
+    """A ``_metadata.file_path`` name as ``DataFrame.inputFiles()`` spells it (local files: ``file:///``)."""
+    if name.startswith("file:/") and not name.startswith("file://"):
+        return "file://" + name[len("file:") :]
+    return name
+
+
+def _literal(value: str | int) -> str:
+    if isinstance(value, int):
+        return str(value)
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _values(spark: Any, rows: Sequence[tuple[str | int, int]], names: tuple[str, str]) -> Any:
+    """A local DataFrame of ``rows`` (a SQL ``VALUES`` relation: Spark broadcasts it without running a job)."""
+    body = ", ".join(f"({_literal(a)}, {_literal(b)})" for a, b in rows)
+    return spark.sql(f"SELECT * FROM VALUES {body} AS t(`{names[0]}`, `{names[1]}`)")
+
+
+def _collected_keys(io: Any, dirty: Sequence[DirtyFile]) -> Any:
+    """The deleted keys of ``dirty``, read on the driver: one int64 Arrow array."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    paths = sorted({p for f in dirty for p in f.delete_files})
+
+    def read(path: str) -> pa.Table:
+        with io.new_input(path).open() as stream:
+            return pq.read_table(stream, columns=["file_path", "pos"])
+
+    with ThreadPoolExecutor(max_workers=min(8, len(paths))) as pool:
+        tables = dict(zip(paths, pool.map(read, paths), strict=True))
+    keys: list[Any] = []
+    for number, data_file in enumerate(dirty):
+        for path in data_file.delete_files:
+            table = tables[path]
+            mine = table.filter(pc.equal(table.column("file_path"), data_file.path)).column("pos")
+            keys.append(np.asarray(mine.combine_chunks(), dtype=np.int64) + (number << _ROW_BITS))
+    return pa.array(np.concatenate(keys) if keys else np.empty(0, np.int64), pa.int64())
+
+
+def _spark_keys(spark: Any, dirty: Sequence[DirtyFile]) -> Any:
+    """The deleted keys of ``dirty``, read by Spark's Parquet reader and scoped by a join: a DataFrame (_KEY)."""
+    from pyspark.sql import functions as F  # noqa: N812 - the usual pyspark idiom
+
+    paths = sorted({p for f in dirty for p in f.delete_files})
+    deletes = spark.read.schema("file_path string, pos long").parquet(*paths)
+    _check_names(deletes, paths)
+    ids = {p: i for i, p in enumerate(paths)}
+    scope = _values(spark, [(f.path, n) for n, f in enumerate(dirty)], ("file_path", _NUMBER))
+    pairs = _values(spark, [(spark_file_name(p), ids[p]) for p in paths], (_FILE, "delete_id"))
+    allowed = _values(spark, [(ids[p], n) for n, f in enumerate(dirty) for p in f.delete_files], ("delete_id", _NUMBER))
+    rows = deletes.select("file_path", "pos", F.col("_metadata.file_path").alias(_FILE))
+    rows = rows.join(F.broadcast(pairs), _FILE).join(F.broadcast(scope), "file_path")
+    rows = rows.join(F.broadcast(allowed), ["delete_id", _NUMBER])
+    return rows.select((F.col(_NUMBER).cast("long") * F.lit(1 << _ROW_BITS) + F.col("pos")).alias(_KEY))
+
+
+def _check_names(df: Any, paths: Sequence[str]) -> None:
+    """Raise :class:`NameMismatch` unless Spark lists exactly the predicted names of ``paths``."""
+    predicted = {listed_name(spark_file_name(p)) for p in paths}
+    listed = set(df.inputFiles())
+    if len(predicted) != len(set(paths)) or predicted != listed:
+        raise NameMismatch(
+            f"Spark names the files otherwise than predicted: {len(set(paths))} files, {len(predicted)} names "
+            f"predicted, {len(listed)} listed; predicted not listed: {sorted(predicted - listed)[:2]}, listed not "
+            f"predicted: {sorted(listed - predicted)[:2]}"
+        )
+
+
+def apply_deletes(spark: Any, io: Any, reader: Any, files: Sequence[str], dirty: Sequence[DirtyFile]) -> Any:
+    """The rows of ``files`` (read with ``reader``, a DataFrameReader) without those ``dirty``'s deletes remove.
+
+    Raises:
+        NameMismatch: Spark names a dirty data file otherwise than :func:`spark_file_name` predicts.
+    """
+    from pyspark.sql import functions as F  # noqa: N812
+
+    paths = [f.path for f in dirty]
+    scan = reader.parquet(*paths)
+    _check_names(scan, paths)
+    columns = [F.col("`" + name.replace("`", "``") + "`") for name in scan.columns]
+    numbers = _values(spark, [(spark_file_name(p), n) for n, p in enumerate(paths)], (_FILE, _NUMBER))
+    rows = scan.select(*columns, F.col("_metadata.file_path").alias(_FILE), F.col("_metadata.row_index").alias(_ROW))
+    rows = rows.join(F.broadcast(numbers), _FILE)
+    keyed = rows.select(*columns, (F.col(_NUMBER).cast("long") * F.lit(1 << _ROW_BITS) + F.col(_ROW)).alias(_KEY))
+    delete_rows = sum(f.delete_rows for f in dirty)
+    if delete_rows <= COLLECT_LIMIT:
+        import pyarrow as pa
+
+        keys = spark.createDataFrame(pa.table({_KEY: _collected_keys(io, dirty)}))
+    else:
+        keys = _spark_keys(spark, dirty)
+    kept = keyed.join(F.broadcast(keys) if delete_rows <= COLLECT_LIMIT else keys, _KEY, "left_anti").select(*columns)
+    logger.debug("fencedlake: %d data files with %d delete rows joined natively", len(paths), delete_rows)
+    dirty_paths = set(paths)
+    clean = [p for p in files if p not in dirty_paths]
+    if not clean:
+        return kept
+    return reader.parquet(*clean).select(*columns).unionByName(kept)
