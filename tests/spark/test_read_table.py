@@ -272,7 +272,8 @@ def test_rows_are_keyed_by_file_size_where_the_listing_agrees_else_by_name(
         paths = sorted(t.file.file_path for t in table.scan().plan_files())
         commit_deletes(table, [position_delete_file(table, p, [0]) for p in paths])
     if keying == "scan-per-file":
-        monkeypatch.setattr(native_deletes, "_size_groups", lambda dirty: [{f.file_size: n} for n, f in enumerate(dirty)])
+        one_each = lambda dirty: [{f.file_size: n} for n, f in enumerate(dirty)]  # noqa: E731
+        monkeypatch.setattr(native_deletes, "_size_groups", one_each)
     if keying == "name":
         monkeypatch.setattr(native_deletes, "listed_sizes", lambda df: {})
     df = read_table(session, table_name, warehouse=wh, native=True)
