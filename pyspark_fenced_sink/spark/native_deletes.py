@@ -64,14 +64,12 @@ class DirtyFile:
     Attributes:
         path: The data file's path as Iceberg records it (and as its delete files name it).
         record_count: Its rows.
-        file_size: Its size in bytes as the manifest records it (``file_size_in_bytes``).
         delete_files: The delete files' paths.
         delete_rows: Rows in those delete files (all of them: a file may also name other data files).
     """
 
     path: str
     record_count: int
-    file_size: int
     delete_files: tuple[str, ...]
     delete_rows: int
 
@@ -98,7 +96,6 @@ def dirty_files(tasks: Sequence[Any]) -> tuple[DirtyFile, ...]:
         DirtyFile(
             t.file.file_path,
             t.file.record_count,
-            t.file.file_size_in_bytes,
             tuple(sorted(d.file_path for d in t.delete_files)),
             sum(d.record_count for d in t.delete_files),
         )
@@ -203,71 +200,8 @@ def _check_names(df: Any, paths: Sequence[str]) -> None:
         )
 
 
-def listed_sizes(df: Any) -> dict[str, int] | None:
-    """The files Spark listed for ``df``'s file scans: name (as ``_metadata.file_path`` spells it) -> bytes.
-
-    The lengths are what Spark's reader puts in ``_metadata.file_size``. None when Spark cannot be
-    asked (a Spark Connect session, a relation that is not a listed file scan).
-    """
-    jdf = getattr(df, "_jdf", None)
-    if jdf is None:
-        return None
-    try:
-        leaves = jdf.queryExecution().analyzed().collectLeaves()
-        out: dict[str, int] = {}
-        for i in range(leaves.size()):
-            files = leaves.apply(i).relation().location().allFiles()
-            for j in range(files.size()):
-                status = files.apply(j)
-                out[str(status.getPath().toString())] = int(status.getLen())
-        return out
-    except Exception as e:  # noqa: BLE001 - py4j raises Py4JError/Py4JJavaError for an unexpected plan
-        logger.debug("fencedlake: cannot read Spark's file listing (%s)", e)
-        return None
-
-
-def _size_groups(dirty: Sequence[DirtyFile]) -> list[dict[int, int]]:
-    """``dirty``'s file numbers in groups of distinct file sizes (size -> number): one scan per group."""
-    groups: list[dict[int, int]] = []
-    for number, data_file in enumerate(dirty):
-        group = next((g for g in groups if data_file.file_size not in g), None)
-        if group is None:
-            group = {}
-            groups.append(group)
-        group[data_file.file_size] = number
-    return groups
-
-
-def _keyed_by_size(reader: Any, dirty: Sequence[DirtyFile]) -> Any:
-    """The rows of ``dirty`` with their keys, each file's number found by its size (None if sizes cannot be trusted).
-
-    Each group of :func:`_size_groups` is one scan; a row's file number is looked up in a small map
-    from ``_metadata.file_size`` (a long, constant per file) instead of by its file's name. Used only
-    when Spark lists exactly the predicted names with the manifests' sizes; a size missing from the
-    map fails the query rather than keeping a deleted row.
-    """
-    from pyspark.sql import functions as F  # noqa: N812
-
-    keyed = None
-    for group in _size_groups(dirty):
-        scan = reader.parquet(*(dirty[n].path for n in group.values()))
-        expected = {spark_file_name(dirty[n].path): size for size, n in group.items()}
-        if listed_sizes(scan) != expected:
-            logger.debug("fencedlake: Spark's listing differs from the manifests' names and sizes; keying by name")
-            return None
-        numbers = ", ".join(f"{size}L, {n}L" for size, n in group.items())
-        key = (
-            f"shiftleft(coalesce(element_at(map({numbers}), _metadata.file_size), raise_error(concat("
-            f"'fencedlake: no planned data file has the size ', cast(_metadata.file_size as string)))), {_ROW_BITS})"
-            " + _metadata.row_index"
-        )
-        rows = scan.select("*", F.expr(key).alias(_KEY))
-        keyed = rows if keyed is None else keyed.union(rows)
-    return keyed
-
-
-def _keyed_by_name(spark: Any, reader: Any, dirty: Sequence[DirtyFile]) -> Any:
-    """The rows of ``dirty`` with their keys, each file's number found by a broadcast join on its name.
+def apply_deletes(spark: Any, io: Any, reader: Any, files: Sequence[str], dirty: Sequence[DirtyFile]) -> Any:
+    """The rows of ``files`` (read with ``reader``, a DataFrameReader) without those ``dirty``'s deletes remove.
 
     Raises:
         NameMismatch: Spark names a dirty data file otherwise than :func:`spark_file_name` predicts.
@@ -277,41 +211,22 @@ def _keyed_by_name(spark: Any, reader: Any, dirty: Sequence[DirtyFile]) -> Any:
     paths = [f.path for f in dirty]
     scan = reader.parquet(*paths)
     _check_names(scan, paths)
+    columns = [F.col("`" + name.replace("`", "``") + "`") for name in scan.columns]
     numbers = _values(spark, [(spark_file_name(p), n) for n, p in enumerate(paths)], (_FILE, _NUMBER))
-    rows = scan.select("*", F.col("_metadata.file_path").alias(_FILE), F.col("_metadata.row_index").alias(_ROW))
+    rows = scan.select(*columns, F.col("_metadata.file_path").alias(_FILE), F.col("_metadata.row_index").alias(_ROW))
     rows = rows.join(F.broadcast(numbers), _FILE)
-    key = F.expr(f"shiftleft(cast({_NUMBER} as bigint), {_ROW_BITS}) + {_ROW}")
-    return rows.select(*scan.columns, key.alias(_KEY))
-
-
-def apply_deletes(
-    spark: Any, io: Any, reader: Any, files: Sequence[str], dirty: Sequence[DirtyFile], *, by_size: bool = True
-) -> Any:
-    """The rows of ``files`` (read with ``reader``, a DataFrameReader) without those ``dirty``'s deletes remove.
-
-    ``by_size``: find a row's file number by its file's size where Spark's listing allows
-    (:func:`_keyed_by_size`); else, or with False, by its file's name.
-
-    Raises:
-        NameMismatch: Spark names a dirty data file otherwise than :func:`spark_file_name` predicts.
-    """
-    from pyspark.sql import functions as F  # noqa: N812
-
-    paths = [f.path for f in dirty]
-    keyed = _keyed_by_size(reader, dirty) if by_size else None
-    if keyed is None:
-        keyed = _keyed_by_name(spark, reader, dirty)
+    keyed = rows.select(*columns, (F.col(_NUMBER).cast("long") * F.lit(1 << _ROW_BITS) + F.col(_ROW)).alias(_KEY))
     delete_rows = sum(f.delete_rows for f in dirty)
     if delete_rows <= COLLECT_LIMIT:
         import pyarrow as pa
 
-        keys = F.broadcast(spark.createDataFrame(pa.table({_KEY: _collected_keys(io, dirty)})))
+        keys = spark.createDataFrame(pa.table({_KEY: _collected_keys(io, dirty)}))
     else:
         keys = _spark_keys(spark, dirty)
-    kept = keyed.join(keys, _KEY, "left_anti").drop(_KEY)
+    kept = keyed.join(F.broadcast(keys) if delete_rows <= COLLECT_LIMIT else keys, _KEY, "left_anti").select(*columns)
     logger.debug("fencedlake: %d data files with %d delete rows joined natively", len(paths), delete_rows)
     dirty_paths = set(paths)
     clean = [p for p in files if p not in dirty_paths]
     if not clean:
         return kept
-    return reader.parquet(*clean).union(kept)
+    return reader.parquet(*clean).select(*columns).unionByName(kept)

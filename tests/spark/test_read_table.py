@@ -251,43 +251,6 @@ def test_position_deletes_are_applied_natively_per_planned_data_file(
     assert (read & deletes == deletes) is (collect_limit < 0)
 
 
-def test_size_groups_put_files_of_equal_size_in_different_scans() -> None:
-    """A size names one file within a scan: equal sizes go to later groups, numbers stay plan order."""
-    dirty = [native_deletes.DirtyFile(f"/d/{i}", 1, size, (), 0) for i, size in enumerate([7, 9, 7, 7, 8])]
-    assert native_deletes._size_groups(dirty) == [{7: 0, 9: 1, 8: 4}, {7: 2}, {7: 3}]
-    assert native_deletes._size_groups([]) == []
-
-
-@pytest.mark.parametrize("keying", ["size", "scan-per-file", "name"])
-def test_rows_are_keyed_by_file_size_where_the_listing_agrees_else_by_name(
-    session: Any, wh: str, keying: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """By size in one scan, in a scan per file (equal sizes), or by name when the listing disagrees: same rows."""
-    table_name, size_groups = "db.keyed_by", native_deletes._size_groups
-    if not embedded_catalog(wh).table_exists(table_name):
-        schema = T.StructType([T.StructField("id", T.LongType(), False)])
-        for lo, rows in ((0, 3), (10, 10), (20, 40)):  # files of 1, 2, 5, 5, 20, 20 rows
-            _write(session, wh, table_name, [(i,) for i in range(lo, lo + rows)], schema)
-        table = embedded_catalog(wh).load_table(table_name)
-        paths = sorted(t.file.file_path for t in table.scan().plan_files())
-        commit_deletes(table, [position_delete_file(table, p, [0]) for p in paths])
-    if keying == "scan-per-file":
-        one_each = lambda dirty: [{f.file_size: n} for n, f in enumerate(dirty)]  # noqa: E731
-        monkeypatch.setattr(native_deletes, "_size_groups", one_each)
-    if keying == "name":
-        monkeypatch.setattr(native_deletes, "listed_sizes", lambda df: {})
-    df = read_table(session, table_name, warehouse=wh, native=True)
-    expected = sorted(r["id"] for r in embedded_catalog(wh).load_table(table_name).scan().to_arrow().to_pylist())
-    assert sorted(r.id for r in df.collect()) == expected
-    assert len(expected) == 53 - 6
-    dirty = plan_native_read(session, table_name, warehouse=wh).dirty
-    scans = {"size": len(size_groups(dirty)), "scan-per-file": len(dirty), "name": 1}[keying]
-    optimized = df._jdf.queryExecution().optimizedPlan().toString()
-    assert ("element_at" in optimized) is (keying != "name")
-    assert optimized.count("] parquet") == scans
-    assert 1 < len(size_groups(dirty)) < len(dirty)  # files of equal and of distinct sizes
-
-
 def test_delete_rows_are_checked_against_every_reader_and_the_count_drops(session: Any, wh: str) -> None:
     """Without the deletes the count would stay: a reader that ignored them fails here."""
     schema = T.StructType([T.StructField("id", T.LongType(), False)])
