@@ -44,7 +44,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import BenchmarkError, SuiteResult, median, percentile, ratio
+from benchmarks.common import BenchmarkError, SuiteResult, markdown_table, median, percentile, ratio
 
 __all__ = ["GOAL_CONTENTION_RATIO", "MODES", "run"]
 
@@ -73,12 +73,13 @@ def _frame(spark: Any, start: int, rows: int) -> Any:
 class _Target:
     """One writer mode at one thread count: its table (or directory), its ids, its writer identities."""
 
-    def __init__(self, spark: Any, mode: str, threads: int, tmp: Path, rows: int) -> None:
-        self.spark, self.mode, self.threads, self.rows = spark, mode, threads, rows
+    def __init__(self, spark: Any, mode: str, threads: int, tmp: Path, rows: int, trace: Path | None) -> None:
+        self.spark, self.mode, self.threads, self.rows, self.trace = spark, mode, threads, rows, trace
         self.wh = str(tmp / "wh")
         self.table = f"bench.cc_{mode}_t{threads}"
         self.path = str(tmp / f"native_t{threads}")
         self.samples: list[float] = []
+        self.by_id: dict[str, float] = {}  # trace id -> seconds of the measured writes
         self.failures: list[str] = []
         self.written = 0
         self._next_id = 0
@@ -91,16 +92,20 @@ class _Target:
             self._batch[thread] = batch = self._batch.get(thread, -1) + 1
         return start, batch
 
-    def write(self, thread: int) -> float:
+    def write(self, thread: int, record: bool) -> float:
         """One append from pool thread ``thread``; returns its seconds (failures are recorded, not raised)."""
         start, batch = self._claim(thread)
+        write_id = f"{self.mode}-t{self.threads}-{start}"
         frame = _frame(self.spark, start, self.rows)
         t0 = time.perf_counter()
         try:
             if self.mode == NATIVE:
                 frame.write.mode("append").option("compression", "zstd").parquet(f"{self.path}/thread-{thread}")
             else:
-                writer = frame.write.format("fencedlake").mode("append").option("warehouse", self.wh)
+                fmt = "fencedlake" if self.trace is None else "fencedlake_bench_traced"
+                writer = frame.write.format(fmt).mode("append").option("warehouse", self.wh)
+                if self.trace is not None:
+                    writer = writer.option("trace.dir", str(self.trace)).option("trace.id", write_id)
                 if self.mode == IDEMPOTENT:
                     writer = writer.option("writer.id", f"job-t{self.threads}-{thread}")
                     writer = writer.option("writer.batch-id", str(batch))
@@ -112,6 +117,8 @@ class _Target:
         seconds = time.perf_counter() - t0
         with self._lock:
             self.written += self.rows
+            if record:
+                self.by_id[write_id] = seconds
         return seconds
 
     def rows_out(self) -> int:
@@ -141,7 +148,7 @@ def _round(targets: Sequence[_Target], threads: int, writes: int, record: bool, 
     t0 = time.perf_counter()
     with ThreadPoolExecutor(threads, initializer=activate_session, initargs=(spark,)) as pool:
         for target in targets:
-            seconds = list(pool.map(lambda i, t=target: [t.write(i) for _ in range(writes)], range(threads)))
+            seconds = list(pool.map(lambda i, t=target: [t.write(i, record) for _ in range(writes)], range(threads)))
             if record:
                 target.samples.extend(s for per_thread in seconds for s in per_thread)
     return time.perf_counter() - t0
@@ -163,23 +170,46 @@ def run(
     writes: int = 2,
     rounds: int = 1,
     rows: int = 5_000,
+    trace: bool = False,
+    warm: bool = False,
     workdir: str | None = None,
     log: Callable[[str], None] = print,
 ) -> SuiteResult:
-    """Measure every mode at every thread count, ``rounds`` interleaved rounds of ``writes`` appends per thread."""
+    """Measure every mode at every thread count, ``rounds`` interleaved rounds of ``writes`` appends per thread.
+
+    ``trace``: fencedlake writes go through ``benchmarks.traced_sink`` (the same sink, each Python
+    worker step timed) and the result gets the per-write breakdown of :func:`_breakdown`.
+    ``warm``: after the warm-up round, ``tune_session(spark, writers=max(threads))`` starts that many
+    planning workers (``spark.tuning.warm_workers``).
+    """
     freeze = os.environ.get("FENCEDLAKE_GC_FREEZE", "1")
     result = SuiteResult(
         "spark-concurrency",
         f"Concurrent Spark appends of {rows:,} rows, fencedlake vs native Parquet (local[2], "
-        f"{writes} writes per thread x {rounds} rounds; FENCEDLAKE_GC_FREEZE={freeze})",
+        f"{writes} writes per thread x {rounds} rounds; FENCEDLAKE_GC_FREEZE={freeze}"
+        + (", worker pools warmed" if warm else "")
+        + ")",
         columns=["writer", "threads", "writes", "p50 s", "p90 s", "p99 s", "max s", "p50 vs native", "failed"],
     )
     load = [os.getloadavg()[0]]
     with tempfile.TemporaryDirectory(prefix="fencedlake-bench-cc-", dir=workdir) as tmp_name:
         tmp = Path(tmp_name)
-        targets = {(m, t): _Target(spark, m, t, tmp, rows) for t in threads for m in MODES}
-        warm = [_Target(spark, m, 0, tmp, rows) for m in MODES]
+        trace_dir = tmp / "trace" if trace else None
+        if trace_dir is not None:
+            from benchmarks.traced_sink import TracedFencedLake
+
+            trace_dir.mkdir()
+            spark.dataSource.register(TracedFencedLake)
+        targets = {(m, t): _Target(spark, m, t, tmp, rows, trace_dir) for t in threads for m in MODES}
+        warm_pools = warm
+        warm = [_Target(spark, m, 0, tmp, rows, trace_dir) for m in MODES]
         log(f"  warm-up: one write per writer ({_round(warm, 1, 1, False, spark):.1f}s)")
+        if warm_pools:
+            from pyspark_fenced_sink import tune_session
+
+            started = time.perf_counter()
+            tune_session(spark, writers=max(threads))
+            log(f"  tune_session(writers={max(threads)}): {time.perf_counter() - started:.1f}s")
         for r in range(rounds):
             for t in threads:
                 order = [targets[(m, t)] for m in (MODES if (r + t) % 2 == 0 else reversed(MODES))]
@@ -223,6 +253,8 @@ def run(
             if helpers:
                 result.warnings.append(f"{mode} T={t}: {helpers} helper commits (goal 0)")
         result.data["samples"] = {f"{m}/{t}": v.samples for (m, t), v in targets.items()}
+        if trace_dir is not None:
+            _breakdown(result, targets, trace_dir)
         result.data["gc_freeze"] = freeze
         result.notes.append(
             "load average (1 min) " + " -> ".join(f"{x:.1f}" for x in load) + "; each write timed from save() to return"
@@ -257,3 +289,75 @@ def _goals(result: SuiteResult, stats: dict[tuple[str, int], dict[str, float]], 
                 f"{mode}: p99 at {many} {fln['p99']:.2f}s > {GOAL_P99_FACTOR:g} x native p99 + solo overhead "
                 f"= {p99_bound:.2f}s"
             )
+
+
+#: The breakdown's columns: per-write medians (ms) of each phase (benchmarks.traced_sink's lines).
+PHASES = (
+    "total",
+    "plan",
+    "tasks",
+    "commit",
+    "spark + JVM",
+    "imports",
+    "freeze",
+    "gc in steps",
+    "gc between requests",
+    "cpu in workers",
+)
+
+
+def _breakdown(result: SuiteResult, targets: dict[tuple[str, int], _Target], trace_dir: Path) -> None:
+    """Where a fencedlake write's time went, per mode and T: medians over the measured writes (ms).
+
+    ``plan``, ``tasks`` (first task start to last task end) and ``commit`` are wall times of the
+    Python worker steps; ``spark + JVM`` is the rest of ``save()`` (job scheduling, the JVM's round
+    trips, waiting for a free worker or a fork); ``imports`` and ``freeze`` are the steps' module
+    imports and ``gc.freeze`` (non-zero only in fresh workers), ``gc in steps`` the collections
+    during the steps, ``gc between requests`` pyspark's collection after each of the write's
+    workers' previous request (CPU the next request may wait for). ``fresh`` counts the steps that
+    ran in a newly forked worker.
+    """
+    from benchmarks.traced_sink import read_trace
+
+    lines = read_trace(str(trace_dir))
+    table: list[dict[str, Any]] = []
+    for (mode, t), target in targets.items():
+        if mode == NATIVE:
+            continue
+        per: dict[str, list[float]] = {k: [] for k in PHASES}
+        fresh = {"plan": 0, "task": 0, "commit": 0}
+        for write_id, total in target.by_id.items():
+            steps = lines.get(write_id, [])
+            plan = [x for x in steps if x["step"] == "plan"]
+            tasks = [x for x in steps if x["step"] == "task"]
+            commit = [x for x in steps if x["step"] == "commit"]
+            if not (plan and tasks and commit):
+                continue
+            wall = {
+                "plan": plan[0]["end"] - plan[0]["start"],
+                "tasks": max(x["end"] for x in tasks) - min(x["start"] for x in tasks),
+                "commit": commit[0]["end"] - commit[0]["start"],
+            }
+            values = {
+                "total": total,
+                **wall,
+                "spark + JVM": total - sum(wall.values()),
+                "imports": sum(x["imports"] for x in steps),
+                "freeze": sum(x["freeze"] for x in steps),
+                "gc in steps": sum(x["gc_in"] for x in steps),
+                "gc between requests": sum(x["gc_before"] for x in steps),
+                "cpu in workers": sum(x["cpu"] for x in steps),
+            }
+            for k, v in values.items():
+                per[k].append(v * 1000)
+            for x in steps:
+                fresh[x["step"]] += int(x["fresh"])
+        row: dict[str, Any] = {"writer": mode, "threads": t, "writes": len(per["total"])}
+        row.update({k: median(v) for k, v in per.items()})
+        row["fresh workers (plan/task/commit)"] = "/".join(str(n) for n in fresh.values())
+        table.append(row)
+    result.data["breakdown"] = table
+    cols = ["writer", "threads", "writes", *PHASES, "fresh workers (plan/task/commit)"]
+    result.notes.append(
+        "breakdown, median ms per write (benchmarks.traced_sink):\n\n" + markdown_table(cols, table) + "\n"
+    )
