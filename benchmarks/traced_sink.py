@@ -89,12 +89,12 @@ class _TracedWriter(FencedLakeBatchWriter):
     trace_id = ""
 
     def write(self, iterator: Iterator[Any]) -> Any:
-        sup = super()
-        return _step(self.trace_dir, self.trace_id, "task", workers.Role.WRITE_TASK, lambda: sup.write(iterator))
+        run = super().write
+        return _step(self.trace_dir, self.trace_id, "task", workers.Role.WRITE_TASK, lambda: run(iterator))
 
-    def commit(self, messages: Sequence[Any]) -> None:  # type: ignore[override]
-        sup = super()
-        _step(self.trace_dir, self.trace_id, "commit", workers.Role.DRIVER, lambda: sup.commit(messages))
+    def commit(self, messages: Sequence[Any]) -> None:
+        run = super().commit
+        _step(self.trace_dir, self.trace_id, "commit", workers.Role.DRIVER, lambda: run(messages))
 
 
 class TracedFencedLake(FencedLakeDataSource):
