@@ -34,6 +34,7 @@ and without it to see what the freeze buys.
 
 from __future__ import annotations
 
+import math
 import os
 import shutil
 import tempfile
@@ -82,6 +83,7 @@ class _Target:
         self.path = str(tmp / f"native_t{threads}_app{app}")
         self.samples: list[float] = []
         self.by_id: dict[str, float] = {}  # trace id -> seconds of the measured writes
+        self.began: dict[str, float] = {}  # trace id -> epoch seconds its save() was called
         self.failures: list[str] = []
         self.written = 0
         self._next_id = app * 10**12  # apps sharing a warehouse write disjoint ids
@@ -99,7 +101,7 @@ class _Target:
         start, batch = self._claim(thread)
         write_id = f"{self.mode}-t{self.threads}-{start}"
         frame = _frame(self.spark, start, self.rows)
-        t0 = time.perf_counter()
+        began, t0 = time.time(), time.perf_counter()
         try:
             if self.mode == NATIVE:
                 frame.write.mode("append").option("compression", "zstd").parquet(f"{self.path}/thread-{thread}")
@@ -120,7 +122,7 @@ class _Target:
         with self._lock:
             self.written += self.rows
             if record:
-                self.by_id[write_id] = seconds
+                self.by_id[write_id], self.began[write_id] = seconds, began
         return seconds
 
     def rows_out(self) -> int:
@@ -309,6 +311,7 @@ PHASES = (
     "freeze",
     "gc in steps",
     "gc between requests",
+    "gc cpu between requests",
     "cpu in workers",
 )
 
@@ -333,6 +336,7 @@ def _breakdown(result: SuiteResult, targets: dict[tuple[str, int], _Target], tra
             continue
         per: dict[str, list[float]] = {k: [] for k in PHASES}
         fresh = {"plan": 0, "task": 0, "commit": 0}
+        slow: list[tuple[float, str, str, dict[str, float], list[dict[str, Any]]]] = []
         for write_id, total in target.by_id.items():
             steps = lines.get(write_id, [])
             plan = [x for x in steps if x["step"] == "plan"]
@@ -353,16 +357,24 @@ def _breakdown(result: SuiteResult, targets: dict[tuple[str, int], _Target], tra
                 "freeze": sum(x["freeze"] for x in steps),
                 "gc in steps": sum(x["gc_in"] for x in steps),
                 "gc between requests": sum(x["gc_before"] for x in steps),
+                "gc cpu between requests": sum(x.get("gc_cpu_before", math.nan) for x in steps),
                 "cpu in workers": sum(x["cpu"] for x in steps),
             }
             for k, v in values.items():
                 per[k].append(v * 1000)
-            for x in steps:
-                fresh[x["step"]] += int(x["fresh"])
+            for x in steps:  # a worker started after the write began was forked for it (or for a peer's)
+                born = x.get("born")
+                fresh[x["step"]] += int(x["fresh"] if born is None else born >= target.began[write_id] - 0.5)
+            slow.append((total, write_id, f"{mode}/{t}", values, steps))
         row: dict[str, Any] = {"writer": mode, "threads": t, "writes": len(per["total"])}
         row.update({k: median(v) for k, v in per.items()})
         row["fresh workers (plan/task/commit)"] = "/".join(str(n) for n in fresh.values())
         table.append(row)
+        slow.sort(key=lambda x: x[0], reverse=True)
+        for _total, write_id, key, values, steps in slow[:2]:
+            result.data.setdefault("slowest", {}).setdefault(key, []).append(
+                {"id": write_id, "phases_ms": {k: v * 1000 for k, v in values.items()}, "steps": steps}
+            )
     result.data["breakdown"] = table
     cols = ["writer", "threads", "writes", *PHASES, "fresh workers (plan/task/commit)"]
     result.notes.append(

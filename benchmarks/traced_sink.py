@@ -33,24 +33,40 @@ __all__ = ["TRACE_DIR", "TRACE_ID", "TracedFencedLake", "read_trace"]
 TRACE_DIR = "trace.dir"
 TRACE_ID = "trace.id"
 
-_gc_seconds = [0.0]  # this worker's collections so far
-_gc_started = [0.0]
+_gc_seconds = [0.0]  # this worker's collections so far (wall)
+_gc_cpu = [0.0]  # the same in CPU seconds
+_gc_started = [0.0, 0.0]
 _steps = [0]  # steps this worker ran
-_last_gc = [0.0]  # _gc_seconds at the end of the worker's previous step
+_last_gc = [0.0, 0.0]  # _gc_seconds and _gc_cpu at the end of the worker's previous step
 
 
 def _on_gc(phase: str, info: dict[str, Any]) -> None:
     if phase == "start":
-        _gc_started[0] = time.perf_counter()
+        _gc_started[:] = [time.perf_counter(), time.process_time()]
     else:
         _gc_seconds[0] += time.perf_counter() - _gc_started[0]
+        _gc_cpu[0] += time.process_time() - _gc_started[1]
+
+
+def _born() -> float | None:
+    """When this process started (epoch seconds; Linux ``/proc``), or None."""
+    try:
+        ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
+        age = time.clock_gettime(time.CLOCK_BOOTTIME) - ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, AttributeError):
+        return None
+    return time.time() - age
+
+
+_BORN = _born()
 
 
 def _step(directory: str, write_id: str, step: str, role: workers.Role, run: Any) -> Any:
     """Run ``run()`` as step ``step`` of write ``write_id`` and append its trace line."""
     if _on_gc not in gc.callbacks:
         gc.callbacks.append(_on_gc)
-    start, cpu0, gc0 = time.time(), time.process_time(), _gc_seconds[0]
+    start, cpu0, gc0, gc_cpu0 = time.time(), time.process_time(), _gc_seconds[0], _gc_cpu[0]
+    gc_cpu_between = gc_cpu0 - _last_gc[1]
     fresh = _steps[0] == 0
     between = gc0 - _last_gc[0]
     t0 = time.perf_counter()
@@ -65,7 +81,7 @@ def _step(directory: str, write_id: str, step: str, role: workers.Role, run: Any
         return run()
     finally:
         _steps[0] += 1
-        _last_gc[0] = _gc_seconds[0]
+        _last_gc[:] = [_gc_seconds[0], _gc_cpu[0]]
         line = {
             "id": write_id,
             "step": step,
@@ -78,6 +94,9 @@ def _step(directory: str, write_id: str, step: str, role: workers.Role, run: Any
             "freeze": t2 - t1,
             "gc_in": _gc_seconds[0] - gc0,
             "gc_before": between if not fresh else 0.0,
+            "gc_cpu_in": _gc_cpu[0] - gc_cpu0,
+            "gc_cpu_before": gc_cpu_between if not fresh else 0.0,
+            "born": _BORN,
             "frozen": gc.get_freeze_count(),
         }
         with open(os.path.join(directory, f"{os.getpid()}.jsonl"), "a") as f:
