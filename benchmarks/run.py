@@ -92,7 +92,7 @@ PROFILES: dict[str, dict[str, Any]] = {
         "merge_min_count": 10,
         "scaling_commits": 3,
         "cc_threads": [1, 4],
-        "cc_writes": 2,
+        "cc_writes": 1,
         "cc_rounds": 1,
         "cc_trace": False,
         "stream_small_rows": 1000,
