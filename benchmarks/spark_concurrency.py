@@ -160,6 +160,15 @@ def _round(targets: Sequence[_Target], threads: int, writes: int, record: bool, 
     return time.perf_counter() - t0
 
 
+def _warm_planning(spark: Any, n: int) -> None:
+    """``n`` concurrent no-table probes (``tuning.check_data_source``): Spark starts ``n`` planning workers."""
+    from pyspark_fenced_sink import activate_session
+    from pyspark_fenced_sink.spark.tuning import check_data_source
+
+    with ThreadPoolExecutor(n, initializer=activate_session, initargs=(spark,)) as pool:
+        list(pool.map(lambda _: check_data_source(spark), range(n)))
+
+
 def _stats(samples: Sequence[float]) -> dict[str, float]:
     return {
         "p50": median(samples),
@@ -187,10 +196,11 @@ def run(
 
     ``trace``: fencedlake writes go through ``benchmarks.traced_sink`` (the same sink, each Python
     worker step timed) and the result gets the per-write breakdown of :func:`_breakdown`.
-    ``warm``: after the warm-up round, ``tune_session(spark, writers=max(threads))`` starts that many
-    planning workers (``spark.tuning.warm_workers``). ``app`` and ``warehouse``: one of several
-    applications run at once against one warehouse (their ids disjoint; each checks that the
-    tables hold at least its own rows, the caller checks the sum).
+    ``warm``: after the warm-up round, start ``max(threads)`` planning workers at once
+    (:func:`_warm_planning`; an experiment: docs/benchmarks.md 9.2 found it does not help).
+    ``app`` and ``warehouse``: one of several applications run at once against one warehouse
+    (their ids disjoint; each checks that the tables hold at least its own rows, the caller
+    checks the sum).
     """
     freeze = os.environ.get("FENCEDLAKE_GC_FREEZE", "1")
     result = SuiteResult(
@@ -214,11 +224,9 @@ def run(
         first = [_Target(spark, m, 0, tmp, rows, trace_dir, app or 0) for m in MODES]
         log(f"  warm-up: one write per writer ({_round(first, 1, 1, False, spark):.1f}s)")
         if warm:
-            from pyspark_fenced_sink import tune_session
-
             started = time.perf_counter()
-            tune_session(spark, writers=max(threads))
-            log(f"  tune_session(writers={max(threads)}): {time.perf_counter() - started:.1f}s")
+            _warm_planning(spark, max(threads))
+            log(f"  {max(threads)} planning workers started: {time.perf_counter() - started:.1f}s")
         many = max(threads)
         if many > 1:  # the first overlapping writes: Spark forks more Python workers; reported apart
             log(f"  first overlapping writes, T={many}: {_round(first, many, 1, True, spark):.1f}s")
@@ -403,7 +411,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=3, help="interleaved rounds [3]")
     p.add_argument("--rows", type=int, default=5_000, help="rows per append [5000]")
     p.add_argument("--trace", action="store_true", help="time each Python worker step (the breakdown table)")
-    p.add_argument("--warm", action="store_true", help="tune_session(writers=max threads) after the warm-up")
+    p.add_argument("--warm", action="store_true", help="start max(threads) planning workers after the warm-up")
     p.add_argument("--app", type=int, help="this application's index when several share --warehouse")
     p.add_argument("--warehouse", help="a directory several applications share (kept after the run)")
     p.add_argument("--json", help="also write the result as JSON to this file")

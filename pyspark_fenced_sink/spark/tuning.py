@@ -8,10 +8,8 @@ with no handle on the session). Measurements: docs/benchmarks.md §1.
 :func:`tune_session` also checks that Spark finds ``format("fencedlake")`` at all
 (:func:`check_data_source`): with Spark's Python workers on an interpreter
 without the package, every read and write fails with ``DATA_SOURCE_NOT_FOUND``
-and no hint. ``tune_session(spark, writers=N)`` also starts N planning workers at
-once (:func:`warm_workers`), so that the first N writes that overlap do not each
-wait for Spark to fork and import a fresh one. Imports only the standard library
-and ``errors``: Spark imports the package in every Python worker.
+and no hint. Imports only the standard library and ``errors``: Spark imports the
+package in every Python worker.
 """
 
 from __future__ import annotations
@@ -32,7 +30,6 @@ __all__ = [
     "batch_check_active",
     "check_data_source",
     "tune_session",
-    "warm_workers",
 ]
 
 logger = logging.getLogger(__name__)
@@ -101,29 +98,7 @@ def check_data_source(spark: Any) -> None:
         ) from None
 
 
-def warm_workers(spark: Any, writers: int) -> None:
-    """Start ``writers`` Python planning workers now: ``writers`` concurrent :func:`check_data_source` probes.
-
-    Spark forks a data source's planning workers on demand, one per concurrent write, and a fresh
-    worker imports pyspark, pyarrow and pyiceberg before it plans (1-3 s on a loaded host): the
-    first writes that overlap pay it. Each probe is one planning round trip that plans nothing; the
-    workers they start stay in Spark's pool for the writes that follow. Best effort: probes that do
-    not overlap reuse a worker. Commit and task workers start with the first real writes.
-
-    Raises:
-        FencedLakeError: Spark cannot find the data source (as :func:`check_data_source`).
-    """
-    if writers <= 1:
-        return
-    from concurrent.futures import ThreadPoolExecutor
-
-    from pyspark_fenced_sink.spark.session import activate_session
-
-    with ThreadPoolExecutor(writers, initializer=activate_session, initargs=(spark,)) as pool:
-        list(pool.map(lambda _: check_data_source(spark), range(writers)))
-
-
-def tune_session(spark: Any, *, force: bool = False, check: bool = True, writers: int = 1) -> dict[str, str]:
+def tune_session(spark: Any, *, force: bool = False, check: bool = True) -> dict[str, str]:
     """Turn off Spark's per-row Arrow batch size check and turn on Python filter pushdown in ``spark``.
 
     Changes :data:`ARROW_MAX_BYTES_PER_BATCH` only while it holds Spark's default (64 MiB), so a
@@ -135,8 +110,6 @@ def tune_session(spark: Any, *, force: bool = False, check: bool = True, writers
         spark: the SparkSession that will run the writes and reads.
         force: set the batch size even if the session holds a non-default one.
         check: first check that Spark finds ``format("fencedlake")`` (:func:`check_data_source`).
-        writers: how many writes the application runs at once; more than 1 starts that many
-            planning workers now (:func:`warm_workers`; implies the check).
 
     Returns:
         The settings changed, ``{key: new value}`` (empty if nothing changed).
@@ -144,9 +117,7 @@ def tune_session(spark: Any, *, force: bool = False, check: bool = True, writers
     Raises:
         FencedLakeError: ``check`` and Spark cannot find the data source (the message names the fix).
     """
-    if writers > 1:
-        warm_workers(spark, writers)
-    elif check:
+    if check:
         check_data_source(spark)
     changed: dict[str, str] = {}
     if str(spark.conf.get(PYTHON_FILTER_PUSHDOWN, None)).lower() != "true":

@@ -188,33 +188,3 @@ def test_the_driver_warns_once_per_untuned_write(
         assert len(warnings) == 1 and "tune_session(spark)" in warnings[0] and "db.warned" in warnings[0]
     else:
         assert warnings == []
-
-
-def test_tune_session_for_n_writers_probes_n_times_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    """writers=N runs N planning probes concurrently (a barrier of N would time out if they ran in turn)."""
-    import threading
-
-    from pyspark_fenced_sink.spark import tuning
-
-    barrier = threading.Barrier(3, timeout=30)
-    threads: set[int] = set()
-
-    def probe(spark: Any) -> None:
-        threads.add(threading.get_ident())
-        barrier.wait()
-
-    monkeypatch.setattr(tuning, "check_data_source", probe)
-    conf: dict[str, str] = {}
-
-    class _Conf:
-        def get(self, key: str, default: Any = None) -> Any:
-            return conf.get(key, default)
-
-        def set(self, key: str, value: str) -> None:
-            conf[key] = value
-
-    class _Session:
-        conf = _Conf()
-
-    tune_session(_Session(), writers=3)
-    assert len(threads) == 3 and conf[PYTHON_FILTER_PUSHDOWN] == "true"
