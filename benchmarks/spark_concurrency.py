@@ -47,7 +47,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import BenchmarkError, SuiteResult, markdown_table, median, percentile, ratio
+from benchmarks.common import BenchmarkError, SuiteResult, median, percentile, ratio
 
 __all__ = ["GOAL_CONTENTION_RATIO", "MODES", "run"]
 
@@ -195,7 +195,7 @@ def run(
     """Measure every mode at every thread count, ``rounds`` interleaved rounds of ``writes`` appends per thread.
 
     ``trace``: fencedlake writes go through ``benchmarks.traced_sink`` (the same sink, each Python
-    worker step timed) and the result gets the per-write breakdown of :func:`_breakdown`.
+    worker step timed) and the result gets the per-write breakdown of ``traced_sink.breakdown``.
     ``warm``: after the warm-up round, start ``max(threads)`` planning workers at once
     (:func:`_warm_planning`; an experiment: docs/benchmarks.md 9.2 found it does not help).
     ``app`` and ``warehouse``: one of several applications run at once against one warehouse
@@ -280,7 +280,10 @@ def run(
                 result.warnings.append(f"{mode} T={t}: {helpers} helper commits (goal 0)")
         result.data["samples"] = {f"{m}/{t}": v.samples for (m, t), v in targets.items()}
         if trace_dir is not None:
-            _breakdown(result, targets, trace_dir)
+            from benchmarks.traced_sink import breakdown
+
+            fenced = {(m, t): (x.by_id, x.began) for (m, t), x in targets.items() if m != NATIVE}
+            breakdown(result, fenced, trace_dir)
         result.data["gc_freeze"] = freeze
         result.notes.append(
             "load average (1 min) " + " -> ".join(f"{x:.1f}" for x in load) + "; each write timed from save() to return"
@@ -317,88 +320,6 @@ def _goals(result: SuiteResult, stats: dict[tuple[str, int], dict[str, float]], 
                 f"{mode}: p99 at {many} {fln['p99']:.2f}s > {GOAL_P99_FACTOR:g} x native p99 + solo overhead "
                 f"= {p99_bound:.2f}s"
             )
-
-
-#: The breakdown's columns: per-write medians (ms) of each phase (benchmarks.traced_sink's lines).
-PHASES = (
-    "total",
-    "plan",
-    "tasks",
-    "commit",
-    "spark + JVM",
-    "imports",
-    "freeze",
-    "gc in steps",
-    "gc between requests",
-    "gc cpu between requests",
-    "cpu in workers",
-)
-
-
-def _breakdown(result: SuiteResult, targets: dict[tuple[str, int], _Target], trace_dir: Path) -> None:
-    """Where a fencedlake write's time went, per mode and T: medians over the measured writes (ms).
-
-    ``plan``, ``tasks`` (first task start to last task end) and ``commit`` are wall times of the
-    Python worker steps; ``spark + JVM`` is the rest of ``save()`` (job scheduling, the JVM's round
-    trips, waiting for a free worker or a fork); ``imports`` and ``freeze`` are the steps' module
-    imports and ``gc.freeze`` (non-zero only in fresh workers), ``gc in steps`` the collections
-    during the steps, ``gc between requests`` pyspark's collection after each of the write's
-    workers' previous request (CPU the next request may wait for). ``fresh`` counts the steps that
-    ran in a newly forked worker.
-    """
-    from benchmarks.traced_sink import read_trace
-
-    lines = read_trace(str(trace_dir))
-    table: list[dict[str, Any]] = []
-    for (mode, t), target in targets.items():
-        if mode == NATIVE:
-            continue
-        per: dict[str, list[float]] = {k: [] for k in PHASES}
-        fresh = {"plan": 0, "task": 0, "commit": 0}
-        slow: list[tuple[float, str, str, dict[str, float], list[dict[str, Any]]]] = []
-        for write_id, total in target.by_id.items():
-            steps = lines.get(write_id, [])
-            plan = [x for x in steps if x["step"] == "plan"]
-            tasks = [x for x in steps if x["step"] == "task"]
-            commit = [x for x in steps if x["step"] == "commit"]
-            if not (plan and tasks and commit):
-                continue
-            wall = {
-                "plan": plan[0]["end"] - plan[0]["start"],
-                "tasks": max(x["end"] for x in tasks) - min(x["start"] for x in tasks),
-                "commit": commit[0]["end"] - commit[0]["start"],
-            }
-            values = {
-                "total": total,
-                **wall,
-                "spark + JVM": total - sum(wall.values()),
-                "imports": sum(x["imports"] for x in steps),
-                "freeze": sum(x["freeze"] for x in steps),
-                "gc in steps": sum(x["gc_in"] for x in steps),
-                "gc between requests": sum(x["gc_before"] for x in steps),
-                "gc cpu between requests": sum(x.get("gc_cpu_before", math.nan) for x in steps),
-                "cpu in workers": sum(x["cpu"] for x in steps),
-            }
-            for k, v in values.items():
-                per[k].append(v * 1000)
-            for x in steps:  # a worker started after the write began was forked for it (or for a peer's)
-                born = x.get("born")
-                fresh[x["step"]] += int(x["fresh"] if born is None else born >= target.began[write_id] - 0.5)
-            slow.append((total, write_id, f"{mode}/{t}", values, steps))
-        row: dict[str, Any] = {"writer": mode, "threads": t, "writes": len(per["total"])}
-        row.update({k: median(v) for k, v in per.items()})
-        row["fresh workers (plan/task/commit)"] = "/".join(str(n) for n in fresh.values())
-        table.append(row)
-        slow.sort(key=lambda x: x[0], reverse=True)
-        for _total, write_id, key, values, steps in slow[:2]:
-            result.data.setdefault("slowest", {}).setdefault(key, []).append(
-                {"id": write_id, "phases_ms": {k: v * 1000 for k, v in values.items()}, "steps": steps}
-            )
-    result.data["breakdown"] = table
-    cols = ["writer", "threads", "writes", *PHASES, "fresh workers (plan/task/commit)"]
-    result.notes.append(
-        "breakdown, median ms per write (benchmarks.traced_sink):\n\n" + markdown_table(cols, table) + "\n"
-    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -18,17 +18,19 @@ import contextlib
 import gc
 import importlib
 import json
+import math
 import os
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from benchmarks.common import SuiteResult, markdown_table, median
 from pyspark_fenced_sink.spark import workers
 from pyspark_fenced_sink.spark.batch import FencedLakeBatchWriter
 from pyspark_fenced_sink.spark.datasource import FencedLakeDataSource
 
-__all__ = ["TRACE_DIR", "TRACE_ID", "TracedFencedLake", "read_trace"]
+__all__ = ["PHASES", "TRACE_DIR", "TRACE_ID", "TracedFencedLake", "breakdown", "read_trace"]
 
 TRACE_DIR = "trace.dir"
 TRACE_ID = "trace.id"
@@ -145,3 +147,85 @@ def read_trace(directory: str) -> dict[str, list[dict[str, Any]]]:
     for lines in out.values():
         lines.sort(key=lambda x: x["start"])
     return out
+
+
+#: The breakdown's columns: per-write medians (ms) of each phase (benchmarks.traced_sink's lines).
+PHASES = (
+    "total",
+    "plan",
+    "tasks",
+    "commit",
+    "spark + JVM",
+    "imports",
+    "freeze",
+    "gc in steps",
+    "gc between requests",
+    "gc cpu between requests",
+    "cpu in workers",
+)
+
+
+def breakdown(
+    result: SuiteResult, writes: dict[tuple[str, int], tuple[dict[str, float], dict[str, float]]], trace_dir: Path
+) -> None:
+    """Where a fencedlake write's time went, per mode and T: medians over the measured writes (ms).
+
+    ``writes``: (mode, T) -> (trace id -> the write's seconds, trace id -> when its ``save()`` began).
+
+    ``plan``, ``tasks`` (first task start to last task end) and ``commit`` are wall times of the
+    Python worker steps; ``spark + JVM`` is the rest of ``save()`` (job scheduling, the JVM's round
+    trips, waiting for a free worker or a fork); ``imports`` and ``freeze`` are the steps' module
+    imports and ``gc.freeze`` (non-zero only in fresh workers), ``gc in steps`` the collections
+    during the steps, ``gc between requests`` pyspark's collection after each of the write's
+    workers' previous request (CPU the next request may wait for). ``fresh`` counts the steps that
+    ran in a newly forked worker.
+    """
+    lines = read_trace(str(trace_dir))
+    table: list[dict[str, Any]] = []
+    for (mode, t), (by_id, began) in writes.items():
+        per: dict[str, list[float]] = {k: [] for k in PHASES}
+        fresh = {"plan": 0, "task": 0, "commit": 0}
+        slow: list[tuple[float, str, str, dict[str, float], list[dict[str, Any]]]] = []
+        for write_id, total in by_id.items():
+            steps = lines.get(write_id, [])
+            plan = [x for x in steps if x["step"] == "plan"]
+            tasks = [x for x in steps if x["step"] == "task"]
+            commit = [x for x in steps if x["step"] == "commit"]
+            if not (plan and tasks and commit):
+                continue
+            wall = {
+                "plan": plan[0]["end"] - plan[0]["start"],
+                "tasks": max(x["end"] for x in tasks) - min(x["start"] for x in tasks),
+                "commit": commit[0]["end"] - commit[0]["start"],
+            }
+            values = {
+                "total": total,
+                **wall,
+                "spark + JVM": total - sum(wall.values()),
+                "imports": sum(x["imports"] for x in steps),
+                "freeze": sum(x["freeze"] for x in steps),
+                "gc in steps": sum(x["gc_in"] for x in steps),
+                "gc between requests": sum(x["gc_before"] for x in steps),
+                "gc cpu between requests": sum(x.get("gc_cpu_before", math.nan) for x in steps),
+                "cpu in workers": sum(x["cpu"] for x in steps),
+            }
+            for k, v in values.items():
+                per[k].append(v * 1000)
+            for x in steps:  # a worker started after the write began was forked for it (or for a peer's)
+                born = x.get("born")
+                fresh[x["step"]] += int(x["fresh"] if born is None else born >= began[write_id] - 0.5)
+            slow.append((total, write_id, f"{mode}/{t}", values, steps))
+        row: dict[str, Any] = {"writer": mode, "threads": t, "writes": len(per["total"])}
+        row.update({k: median(v) for k, v in per.items()})
+        row["fresh workers (plan/task/commit)"] = "/".join(str(n) for n in fresh.values())
+        table.append(row)
+        slow.sort(key=lambda x: x[0], reverse=True)
+        for _total, write_id, key, values, steps in slow[:2]:
+            result.data.setdefault("slowest", {}).setdefault(key, []).append(
+                {"id": write_id, "phases_ms": {k: v * 1000 for k, v in values.items()}, "steps": steps}
+            )
+    result.data["breakdown"] = table
+    cols = ["writer", "threads", "writes", *PHASES, "fresh workers (plan/task/commit)"]
+    result.notes.append(
+        "breakdown, median ms per write (benchmarks.traced_sink):\n\n" + markdown_table(cols, table) + "\n"
+    )
