@@ -13,6 +13,9 @@ Suites (docs/benchmarks.md says what each measures and shows a run's numbers):
 * ``executor``      the executor write path without Spark vs pyarrow's ParquetWriter;
 * ``throughput``    Spark: native Parquet vs format("fencedlake") vs collect + pyiceberg append,
                     unpartitioned and by day;
+* ``spark-concurrency`` Spark: T threads of one app (1 and 4) appending 5,000-row frames into one table,
+                    native Parquet vs fencedlake anonymous vs idempotent (``writer.id`` + ``writer.batch-id``):
+                    p50/p90/p99/max, the contention ratio of issue 31, helper commits;
 * ``streaming``     Structured Streaming: per-batch overhead and sustained rows/s, fencedlake vs
                     the native Parquet file sink;
 * ``overwrite``     a dynamic overwrite of 1 of 30 day partitions vs Spark's own
@@ -58,13 +61,14 @@ SUITES = (
     "scaling",
     "executor",
     "throughput",
+    "spark-concurrency",
     "streaming",
     "overwrite",
     "read",
     "compaction",
     "upsert",
 )
-SPARK_SUITES = ("throughput", "streaming", "overwrite", "read", "compaction")
+SPARK_SUITES = ("throughput", "spark-concurrency", "streaming", "overwrite", "read", "compaction")
 
 PROFILES: dict[str, dict[str, Any]] = {
     "quick": {
@@ -87,6 +91,10 @@ PROFILES: dict[str, dict[str, Any]] = {
         "merge_sizes": [10, 30],
         "merge_min_count": 10,
         "scaling_commits": 3,
+        "cc_threads": [1, 4],
+        "cc_writes": 1,
+        "cc_rounds": 1,
+        "cc_trace": False,
         "stream_small_rows": 1000,
         "stream_small_batches": 8,
         "stream_large_rows": 200_000,
@@ -129,6 +137,10 @@ PROFILES: dict[str, dict[str, Any]] = {
         "merge_sizes": [10, 100, 1000],
         "merge_min_count": None,
         "scaling_commits": 10,
+        "cc_threads": [1, 4],
+        "cc_writes": 4,
+        "cc_rounds": 3,
+        "cc_trace": True,
         "stream_small_rows": 1000,
         "stream_small_batches": 20,
         "stream_large_rows": 1_000_000,
@@ -305,6 +317,15 @@ def main(argv: list[str] | None = None) -> int:
             spark_conf=_pairs(args.spark_conf),
             spark=spark(),
             collect=not args.no_collect,
+            workdir=args.workdir,
+            log=log,
+        ),
+        "spark-concurrency": lambda: _import("spark_concurrency").run(
+            spark=spark(),
+            threads=prof["cc_threads"],
+            writes=prof["cc_writes"],
+            rounds=args.reps or prof["cc_rounds"],
+            trace=prof["cc_trace"],
             workdir=args.workdir,
             log=log,
         ),

@@ -31,6 +31,7 @@ conflicts absorbed, unknown outcomes resolved, fences) in
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -353,6 +354,14 @@ def test_kill9_of_gc_at_fail_point_then_next_gc_finishes_it(kill_matrix: KillMat
 # ------------------------------------------------------------------ 3. the SIGSTOPped zombie
 
 
+def _wal_summary(options: dict[str, str]) -> list[str]:
+    """Each WAL entry still present: seq, kind, writer, epoch, batch and its recorded outcome (diagnostics)."""
+    return [
+        f"{seq} {e.kind.value} {e.writer} epoch={e.epoch} batch={e.batch} -> {code}"
+        for seq, (e, code) in sorted(outcomes_by_seq(options).items())
+    ]
+
+
 def _zombie_cases() -> list[Any]:
     return [
         pytest.param(target, reopened, id=f"{target}-{reopened}")
@@ -403,7 +412,9 @@ def test_sigstopped_zombie_resumed_after_reopen_elsewhere_is_fenced_and_lands_no
         mine.append(result_record(commit(plan, messages, abort=False)))
 
     fenced = zombie.records[1]
-    assert not fenced["ok"] and fenced["error"] == "FencedWriterError" and fenced["stage"] == "wal", fenced
+    assert not fenced["ok"] and fenced["error"] == "FencedWriterError" and fenced["stage"] == "wal", json.dumps(
+        {"zombie": zombie.records, "new": mine, "wal": _wal_summary(options)}, default=str
+    )
     assert mine[0]["outcome"] == "APPLIED", mine
     exists = store_exists(options)
     assert fenced["files"] and not any(exists(p) for p in fenced["files"]), "the zombie's files were left behind"

@@ -18,6 +18,7 @@ from pyspark_fenced_sink.errors import marked_errors
 from pyspark_fenced_sink.options.write import parse_write_options
 from pyspark_fenced_sink.spark.messages import FencedLakeCommitMessage, task_message, written
 from pyspark_fenced_sink.spark.schema_to_iceberg import SparkWriteSchema
+from pyspark_fenced_sink.spark.workers import Role, settle
 from pyspark_fenced_sink.write.transaction import WriteTransaction
 
 __all__ = ["FencedLakeBatchWriter", "begin_write"]
@@ -43,15 +44,18 @@ class FencedLakeBatchWriter(DataSourceArrowWriter):
 
     def write(self, iterator: Iterator[Any]) -> FencedLakeCommitMessage:
         """Write this task's rows as Iceberg data files (executor)."""
+        settle(Role.WRITE_TASK)
         failpoints.configure(self.txn.opts.failpoints)
         with marked_errors():
             return task_message(self.txn.spec, iterator)
 
     def commit(self, messages: Sequence[FencedLakeCommitMessage | None]) -> None:  # type: ignore[override]
         """Commit every task's files in one fenced, exactly-once commit (driver)."""
+        settle(Role.DRIVER)
         with marked_errors():
             self.txn.commit(written(messages, self.txn.opts.table))
 
     def abort(self, messages: Sequence[FencedLakeCommitMessage | None]) -> None:  # type: ignore[override]
         """Remove the tasks' files unless a commit may reference them (driver)."""
+        settle(Role.DRIVER)
         self.txn.abort(written(messages, self.txn.opts.table))

@@ -6,6 +6,8 @@ from typing import Any
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader
 
+from pyspark_fenced_sink.spark.workers import Role, settle
+
 __all__ = ["FencedLakeDataSource"]
 
 
@@ -93,6 +95,7 @@ class FencedLakeDataSource(DataSource):
         from pyspark_fenced_sink.spark.reader import table_schema
         from pyspark_fenced_sink.spark.sql import refuse_catalog_table, refuse_unnamed_table
 
+        settle(Role.DRIVER)
         refuse_catalog_table(self.options)
         refuse_unnamed_table(self.options)
         return table_schema(self.options)
@@ -102,6 +105,7 @@ class FencedLakeDataSource(DataSource):
         from pyspark_fenced_sink.spark.reader import open_reader
         from pyspark_fenced_sink.spark.sql import refuse_unnamed_table
 
+        settle(Role.DRIVER)
         refuse_unnamed_table(self.options, schema)
         return open_reader(self.options, schema)
 
@@ -110,6 +114,7 @@ class FencedLakeDataSource(DataSource):
         from pyspark_fenced_sink.spark.sql import refuse_unnamed_table
         from pyspark_fenced_sink.spark.stream_reader import FencedLakeStreamReader
 
+        settle(Role.DRIVER)
         refuse_unnamed_table(self.options, schema)
         return FencedLakeStreamReader.open(self.options, schema)
 
@@ -118,6 +123,7 @@ class FencedLakeDataSource(DataSource):
         from pyspark_fenced_sink.spark.batch import FencedLakeBatchWriter
         from pyspark_fenced_sink.spark.sql import refuse_unnamed_table
 
+        settle(Role.DRIVER)
         refuse_unnamed_table(self.options, schema)
         return FencedLakeBatchWriter.open(self.options, schema, overwrite)
 
@@ -126,5 +132,6 @@ class FencedLakeDataSource(DataSource):
         from pyspark_fenced_sink.spark.sql import refuse_unnamed_table
         from pyspark_fenced_sink.spark.streaming import FencedLakeStreamWriter
 
+        settle(Role.DRIVER)
         refuse_unnamed_table(self.options, schema)
         return FencedLakeStreamWriter.open(self.options, schema, overwrite)

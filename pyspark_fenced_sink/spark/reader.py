@@ -34,6 +34,7 @@ from pyspark_fenced_sink import logs
 from pyspark_fenced_sink.errors import marked_errors
 from pyspark_fenced_sink.options.read import ReadOptions, parse_read_options
 from pyspark_fenced_sink.read.task import ReadSpec, read_files
+from pyspark_fenced_sink.spark.workers import Role, settle
 
 __all__ = [
     "PUSHED_FILTERS_PRUNE",
@@ -178,6 +179,7 @@ class FencedLakeReader(DataSourceReader):
         """Plan the read: files pruned by the pushed filter, packed into splits (driver)."""
         from pyspark_fenced_sink.iceberg.planning.scan import plan_files, plan_incremental
 
+        settle(Role.DRIVER)
         with marked_errors():
             if self.opts.incremental:
                 tasks, self._point = plan_incremental(self._table, self.opts, self.row_filter)
@@ -207,6 +209,7 @@ class FencedLakeReader(DataSourceReader):
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         """Stream one split's rows as Arrow batches (executor)."""
+        settle(Role.READ_TASK)
         with marked_errors():
             yield from read_files(self.spec, getattr(partition, "tasks", ()))
 

@@ -19,6 +19,7 @@ from pyspark_fenced_sink.iceberg.planning.incremental import START, StreamLimits
 from pyspark_fenced_sink.options.read import ReadOptions
 from pyspark_fenced_sink.read.task import ReadSpec, read_files
 from pyspark_fenced_sink.spark.reader import FencedLakeSplit, open_read, split_tasks
+from pyspark_fenced_sink.spark.workers import Role, settle
 
 __all__ = ["FencedLakeStreamReader"]
 
@@ -100,6 +101,7 @@ class FencedLakeStreamReader(DataSourceStreamReader, _AvailableNow):  # type: ig
         """
         from pyspark_fenced_sink.iceberg.planning.scan import executor_metadata
 
+        settle(Role.DRIVER)
         with marked_errors():
             tasks = self._planner.plan(StreamOffset.from_json(start), StreamOffset.from_json(end))
             table = self._planner.table
@@ -109,6 +111,7 @@ class FencedLakeStreamReader(DataSourceStreamReader, _AvailableNow):  # type: ig
         """Stream one split's rows as Arrow batches (executor)."""
         metadata = getattr(partition, "metadata", None)
         spec = self.spec if metadata is None else dataclasses.replace(self.spec, metadata=metadata)
+        settle(Role.READ_TASK)
         with marked_errors():
             yield from read_files(spec, getattr(partition, "tasks", ()))
 

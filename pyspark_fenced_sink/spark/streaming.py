@@ -26,6 +26,7 @@ from pyspark_fenced_sink.errors import marked_errors
 from pyspark_fenced_sink.spark.batch import begin_write
 from pyspark_fenced_sink.spark.messages import FencedLakeCommitMessage, task_message, written
 from pyspark_fenced_sink.spark.rowbatch import rows_to_batches
+from pyspark_fenced_sink.spark.workers import Role, settle
 from pyspark_fenced_sink.write.transaction import WriteTransaction
 
 __all__ = ["ARROW_STREAM_WRITER", "FencedLakeStreamWriter"]
@@ -50,6 +51,7 @@ class FencedLakeStreamWriter(_StreamWriterBase):  # type: ignore[misc]
 
     def write(self, iterator: Iterator[Any]) -> FencedLakeCommitMessage:
         """Write this task's rows of the micro-batch as Iceberg data files (executor)."""
+        settle(Role.WRITE_TASK)
         failpoints.configure(self.txn.opts.failpoints)
         batches = iterator if ARROW_STREAM_WRITER else rows_to_batches(iterator, self.spark_schema)
         with marked_errors():
@@ -57,9 +59,11 @@ class FencedLakeStreamWriter(_StreamWriterBase):  # type: ignore[misc]
 
     def commit(self, messages: Sequence[FencedLakeCommitMessage | None], batchId: int) -> None:  # noqa: N803
         """Commit micro-batch ``batchId`` exactly once (driver)."""
+        settle(Role.DRIVER)
         with marked_errors():
             self.txn.commit(written(messages, self.txn.opts.table), batch_id=batchId)
 
     def abort(self, messages: Sequence[FencedLakeCommitMessage | None], batchId: int) -> None:  # noqa: N803
         """Remove the micro-batch's files unless a commit may reference them (driver)."""
+        settle(Role.DRIVER)
         self.txn.abort(written(messages, self.txn.opts.table), batch_id=batchId)
