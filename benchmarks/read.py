@@ -85,6 +85,17 @@ READERS = (
 )
 
 
+def _noop_timer(make: Callable[[], Any]) -> Callable[[int], float]:
+    """A sample function for :func:`interleaved`: seconds to build ``make()``'s DataFrame and run it into ``noop``."""
+
+    def fn(rep: int) -> float:
+        t0 = time.perf_counter()
+        make().write.format("noop").mode("overwrite").save()
+        return time.perf_counter() - t0
+
+    return fn
+
+
 def _planned_files(wh: str, where: str | None, option: str | None = None) -> tuple[int, int]:
     """(files fencedlake plans for the query, data files in the snapshot), through the reader's own API.
 
@@ -226,16 +237,8 @@ def run(
                 "pyiceberg+createDataFrame": f"{pyiceberg_files} of {total}",
             }
 
-            def timed(make: Callable[[], Any]) -> Callable[[int], float]:
-                def fn(rep: int) -> float:
-                    t0 = time.perf_counter()
-                    make().write.format("noop").mode("overwrite").save()
-                    return time.perf_counter() - t0
-
-                return fn
-
             log(f"  {query}: {expected[query]:,} rows")
-            variants = [(name, timed(make)) for name, make in made.items()]
+            variants = [(name, _noop_timer(make)) for name, make in made.items()]
             samples[query] = interleaved(variants, reps, warmup=reps > 1, log=log)  # the quick run: no warm-up
         python_s, pyarrow_s = _python_half(wh, paths)
 
@@ -347,19 +350,14 @@ def _upserted(spark: Any, rows: int, reps: int, workdir: str | None, log: Callab
             if counts["read_table"] != expected:
                 raise BenchmarkError(f"{state}: read_table counted {counts['read_table']} rows, pyiceberg {expected}")
 
-            def timed(make: Callable[[], Any]) -> Callable[[int], float]:
-                def fn(rep: int) -> float:
-                    t0 = time.perf_counter()
-                    make().write.format("noop").mode("overwrite").save()
-                    return time.perf_counter() - t0
-
-                return fn
-
             query = f"{state} table, full scan"
             log(f"  {query}: {expected:,} rows, {len(paths)} data files, {deletes} delete files")
             runs = max(reps, 3)
             samples = interleaved(
-                [("native", timed(native)), ("fencedlake read_table", timed(table_read))], runs, warmup=True, log=log
+                [("native", _noop_timer(native)), ("fencedlake read_table", _noop_timer(table_read))],
+                runs,
+                warmup=True,
+                log=log,
             )
             data[state] = {"samples_s": samples, "data_files": len(paths), "delete_files": deletes}
             for name in ("native", "fencedlake read_table"):
