@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from pyspark_fenced_sink.errors import InvalidOptionsError, TableChangedError
-from pyspark_fenced_sink.iceberg.codec.fileio import io_properties
+from pyspark_fenced_sink.iceberg.codec.fileio import io_properties, with_lean_file_io
 from pyspark_fenced_sink.iceberg.codec.partitioning import parse_partition_by, same_partitioning, spec_to_text
 from pyspark_fenced_sink.iceberg.codec.write_properties import check_write_properties
 from pyspark_fenced_sink.iceberg.commit.manifests import merge_settings
@@ -67,7 +67,7 @@ def embedded_catalog_exists(warehouse: str) -> bool:
 
 def embedded_catalog(warehouse: str) -> Any:
     """The embedded default catalog for ``warehouse`` (created on first use, safely across processes)."""
-    from pyiceberg.catalog.sql import SqlCatalog
+    from pyspark_fenced_sink.iceberg.sql_catalog import LeanSqlCatalog
 
     root = Path(warehouse)
     root.mkdir(parents=True, exist_ok=True)
@@ -78,7 +78,10 @@ def embedded_catalog(warehouse: str) -> Any:
     with open(root / ".catalog.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
-            catalog = SqlCatalog("fencedlake", uri=f"sqlite:///{db}?timeout=60", warehouse=root.as_uri())
+            catalog = LeanSqlCatalog(
+                "fencedlake",
+                **with_lean_file_io({"uri": f"sqlite:///{db}?timeout=60", "warehouse": root.as_uri()}),
+            )
             with catalog.engine.connect() as conn:
                 conn.exec_driver_sql("PRAGMA journal_mode=WAL")
         finally:

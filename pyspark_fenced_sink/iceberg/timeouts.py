@@ -10,7 +10,8 @@ builds REST and SQL catalogs through the subclasses here:
   config fetch, OAuth2 tokens, loads, commits) times out after
   ``request-timeout`` seconds (a catalog property; default
   :data:`REQUEST_TIMEOUT_DEFAULT_S`). A timed-out commit is an unknown outcome (§4).
-* :func:`bounded_sql_catalog` on PostgreSQL -- ``pool_pre_ping`` on (a pool of
+* :func:`bounded_sql_catalog` (an ``iceberg.sql_catalog.LeanSqlCatalog``) on
+  PostgreSQL -- ``pool_pre_ping`` on (a pool of
   connections that died in an outage or a partition is not handed out again),
   libpq's ``connect_timeout`` and TCP keepalives in the URI unless it sets them,
   and a psycopg2 wait callback that gives up on a statement whose answer has not
@@ -97,9 +98,9 @@ def _rest_catalog_class() -> type:
 
 
 def _sql_catalog_class() -> type:
-    from pyiceberg.catalog.sql import SqlCatalog
+    from pyspark_fenced_sink.iceberg.sql_catalog import LeanSqlCatalog
 
-    class _Bounded(SqlCatalog):
+    class _Bounded(LeanSqlCatalog):
         def __init__(self, name: str, **properties: str) -> None:
             props = dict(properties)
             props.setdefault("pool_pre_ping", "true")
@@ -193,13 +194,20 @@ def load_bounded(name: str, properties: Mapping[str, str]) -> Any:
     """Load a catalog as pyiceberg's ``load_catalog(name, **properties)`` does, with REST and SQL ones bounded.
 
     The catalog type is resolved as pyiceberg does (``type``, else inferred from ``uri``), from the
-    properties merged over ``.pyiceberg.yaml`` / ``PYICEBERG_CATALOG__*``.
+    properties merged over ``.pyiceberg.yaml`` / ``PYICEBERG_CATALOG__*``. Unless they name a FileIO
+    (``py-io-impl``), its tables' FileIO is ``iceberg.codec.fileio.LeanFileIO``.
     """
     from pyiceberg.catalog import _ENV_CONFIG as env_config  # noqa: N811 - pyiceberg's merged configuration
     from pyiceberg.catalog import PY_CATALOG_IMPL, TYPE, CatalogType, infer_catalog_type, load_catalog
+    from pyiceberg.io import PY_IO_IMPL
     from pyiceberg.utils.config import merge_config
 
+    from pyspark_fenced_sink.iceberg.codec.fileio import with_lean_file_io
+
     conf = merge_config(env_config.get_catalog_config(name) or {}, dict(properties))
+    if PY_IO_IMPL not in conf:  # the sink's FileIO unless the configuration names one
+        properties = with_lean_file_io(properties)
+        conf = {**conf, PY_IO_IMPL: properties[PY_IO_IMPL]}
     if conf.get(PY_CATALOG_IMPL):
         return load_catalog(name, **properties)
     given = conf.get(TYPE)

@@ -7,6 +7,7 @@ semantics of docs/PROTOCOL.md §5.1: WAL order decides.
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import pyarrow as pa
@@ -263,8 +264,19 @@ def test_a_group_commit_never_mixes_branches(wh: str) -> None:
     assert rows(wh) == [(0, "d0"), (1, "d1")] and rows(wh, "audit") == [(0, "d0"), (1, "d1"), (2, "d2")]
 
 
-def test_a_stale_main_commit_conflicts_with_a_branch_commit_that_landed(wh: str) -> None:
-    """The serial tag: a commit planned before a branch commit landed fails the CAS, so the state never goes back."""
+@pytest.mark.parametrize("check", ["location", "requirements"])
+def test_a_stale_main_commit_conflicts_with_a_branch_commit_that_landed(
+    wh: str, check: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The serial tag: a commit planned before a branch commit landed fails the CAS, so the state never goes back.
+
+    ``location``: the SQL catalog's compare-and-swap against the planned version catches it first;
+    ``requirements``: without it (a REST catalog checks only the requirements), the serial tag's does.
+    """
+    if check == "requirements":
+        from pyspark_fenced_sink.iceberg import sql_catalog
+
+        monkeypatch.setattr(sql_catalog, "compare_against", lambda table: contextlib.nullcontext())
     write(wh, days(d0=[0]))
     ctx = open_target(wh, TABLE).ctx
     stale = ctx.port.load()
@@ -275,7 +287,7 @@ def test_a_stale_main_commit_conflicts_with_a_branch_commit_that_landed(wh: str)
 
     entry = prepared(wh, days(d2=[2]))
     plan_ = reconcile(stale.state, {stale.state.upper: entry})
-    with pytest.raises(CommitConflict, match=SERIAL_REF):
+    with pytest.raises(CommitConflict, match=SERIAL_REF if check == "requirements" else "updated by another"):
         ctx.port.commit(stale, plan_, {stale.state.upper: entry}, CommitRecord(plan_.base.upper, (("x" * 12, "A"),)))
     state = CommittedState.decode(embedded_catalog(wh).load_table(TABLE).properties[STATE_PROPERTY])
     assert state.upper == 2

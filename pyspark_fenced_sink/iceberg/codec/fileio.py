@@ -2,6 +2,10 @@
 
 The properties are the table's storage credentials (also what a REST catalog
 vends): never log them unmasked (``masking.redact``).
+
+:class:`LeanFileIO` is the FileIO of every catalog the sink loads unless the
+catalog names its own (``py-io-impl``; ``iceberg.catalogs.load_catalog``):
+pyiceberg's pyarrow FileIO with fewer object-store requests per file written.
 """
 
 from __future__ import annotations
@@ -10,9 +14,44 @@ import functools
 from collections.abc import Mapping
 from typing import Any
 
-from pyiceberg.io import FileIO, load_file_io
+from pyiceberg.io import PY_IO_IMPL, FileIO, load_file_io
+from pyiceberg.io.pyarrow import PyArrowFile, PyArrowFileIO
 
-__all__ = ["cached_file_io", "io_properties"]
+__all__ = ["LEAN_FILE_IO", "LeanFileIO", "cached_file_io", "io_properties", "with_lean_file_io"]
+
+
+class _NewFile(PyArrowFile):
+    """A file about to be written under a name nobody else writes: no existence check first."""
+
+    def create(self, overwrite: bool = False) -> Any:
+        return super().create(overwrite=True)
+
+
+class LeanFileIO(PyArrowFileIO):
+    """pyiceberg's ``PyArrowFileIO``, writing a small file to S3 in one request instead of five.
+
+    * S3 output streams open lazily (pyarrow's ``allow_delayed_open``): a file smaller than one
+      part is a single ``PUT``, not a multipart upload (create, part, complete).
+    * ``create()`` does not first ask whether the file exists (a ``HEAD`` and a ``LIST`` on S3).
+      Every file the sink and pyiceberg write has a name no other write uses (a random nonce or
+      UUID in it; PROTOCOL.md §2), and the check was never a guard anyway: a concurrent creator
+      could come between it and the write. Put-if-absent, where the protocol needs it, is the
+      WAL store's conditional ``PUT`` (``store``), not this.
+    """
+
+    def _initialize_s3_fs(self, netloc: str | None) -> Any:
+        fs = super()._initialize_s3_fs(netloc)
+        rebuild, (options,) = fs.__reduce__()  # pyarrow's own pickling: every option of the filesystem
+        return rebuild({**options, "allow_delayed_open": True})
+
+    def new_output(self, location: str) -> PyArrowFile:
+        """A file to write at ``location`` (a new name: see the class docstring)."""
+        file = super().new_output(location)
+        return _NewFile(location=file.location, path=file._path, fs=file._filesystem, buffer_size=file._buffer_size)
+
+
+#: The ``py-io-impl`` catalog property value that selects :class:`LeanFileIO`.
+LEAN_FILE_IO = f"{LeanFileIO.__module__}.{LeanFileIO.__qualname__}"
 
 
 @functools.lru_cache(maxsize=8)
@@ -28,3 +67,8 @@ def cached_file_io(properties: Mapping[str, str], location: str) -> FileIO:
 def io_properties(table: Any) -> dict[str, str]:
     """The FileIO properties of a loaded pyiceberg table (storage credentials: never log them unmasked)."""
     return dict(getattr(table.io, "properties", {}) or {})
+
+
+def with_lean_file_io(properties: Mapping[str, str]) -> dict[str, str]:
+    """Catalog ``properties`` with :class:`LeanFileIO` as the FileIO, unless they name one."""
+    return {PY_IO_IMPL: LEAN_FILE_IO, **properties}

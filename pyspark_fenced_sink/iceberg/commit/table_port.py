@@ -318,5 +318,11 @@ class IcebergTablePort:
 
     @staticmethod
     def _submit(table: Table, tx: Transaction, requirements: tuple[Any, ...]) -> None:
-        """The one catalog request: the staged updates, if ``requirements`` still hold. No retry."""
-        table._do_commit(updates=tx._updates, requirements=requirements)
+        """The one catalog request: the staged updates, if ``requirements`` still hold. No retry.
+
+        Against the version ``table`` was loaded at, where the catalog can tell (``iceberg.sql_catalog``).
+        """
+        from pyspark_fenced_sink.iceberg.sql_catalog import compare_against
+
+        with compare_against(table):
+            table._do_commit(updates=tx._updates, requirements=requirements)

@@ -1,0 +1,138 @@
+"""The SQL catalog's round trips: one statement per load, one compare-and-swap per protocol commit (PROTOCOL.md §4).
+
+``iceberg.sql_catalog.LeanSqlCatalog`` over the embedded SQLite catalog; the same
+class serves PostgreSQL (integration/ runs it there). The sink's FileIO
+(``iceberg.codec.fileio.LeanFileIO``) is checked here too.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyiceberg.exceptions import CommitFailedException
+from sqlalchemy import event
+
+from pyspark_fenced_sink.iceberg import sql_catalog
+from pyspark_fenced_sink.iceberg.catalogs import embedded_catalog, load_catalog
+from pyspark_fenced_sink.iceberg.codec.fileio import LeanFileIO
+from pyspark_fenced_sink.iceberg.sql_catalog import LeanSqlCatalog, compare_against
+from pyspark_fenced_sink.options.catalog import CatalogConfig
+from pyspark_fenced_sink.testing.harness import rows, sink_write, table_ids
+
+TABLE = "db.events"
+
+
+class Statements:
+    """Statements the watched catalogs run, by first word (``SELECT``, ``UPDATE``)."""
+
+    def __init__(self) -> None:
+        self.seen: Counter[str] = Counter()
+        self._listeners: list[tuple[Any, Any]] = []
+
+    def watch(self, catalog: LeanSqlCatalog) -> None:
+        def count(*args: Any) -> None:
+            self.seen[args[2].split()[0].upper()] += 1
+
+        event.listen(catalog.engine, "before_cursor_execute", count)
+        self._listeners.append((catalog.engine, count))
+
+    def close(self) -> None:
+        for engine, fn in self._listeners:
+            event.remove(engine, "before_cursor_execute", fn)
+
+
+@pytest.fixture
+def statements() -> Iterator[Statements]:
+    watcher = Statements()
+    yield watcher
+    watcher.close()
+
+
+def test_a_load_is_one_select_and_parses_each_metadata_file_once(
+    wh: str, statements: Statements, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Unchanged location: one SELECT, no file read; a location this process committed: no file read either."""
+    sink_write(wh, TABLE, rows("a", 0, 10))
+    catalog = embedded_catalog(wh)
+    assert isinstance(catalog, LeanSqlCatalog)
+    reads: list[str] = []
+    real = sql_catalog.FromInputFile.table_metadata
+
+    def counted(file: Any, *args: Any) -> Any:
+        reads.append(file.location)
+        return real(file, *args)
+
+    monkeypatch.setattr(sql_catalog.FromInputFile, "table_metadata", staticmethod(counted))
+    sql_catalog._metadata_cache.clear()
+    statements.watch(catalog)
+    first = catalog.load_table(TABLE)
+    second = catalog.load_table(TABLE)
+    assert reads == [first.metadata_location]
+    assert second.metadata is first.metadata
+    assert statements.seen == Counter({"SELECT": 2}), "a load is one SELECT"
+
+    sink_write(wh, TABLE, rows("b", 10, 10))  # committed by this process: its metadata is kept
+    third = catalog.load_table(TABLE)
+    assert third.metadata_location != first.metadata_location
+    assert reads == [first.metadata_location], "the metadata this process committed is not read back"
+    assert table_ids(wh, TABLE) == list(range(20))
+
+
+def test_a_protocol_commit_is_one_update_and_never_rebases(wh: str, statements: Statements) -> None:
+    """Inside compare_against: one UPDATE against the base's location; a moved table is a conflict."""
+    sink_write(wh, TABLE, rows("a", 0, 10))
+    catalog = embedded_catalog(wh)
+    stale = catalog.load_table(TABLE)
+    fresh = catalog.load_table(TABLE)
+    statements.watch(catalog)
+    with compare_against(fresh):
+        fresh.transaction().set_properties(owner="x").commit_transaction()
+    assert statements.seen == Counter({"UPDATE": 1}), "no reload: the compare-and-swap alone"
+    assert catalog.load_table(TABLE).properties["owner"] == "x"
+
+    with pytest.raises(CommitFailedException), compare_against(stale):
+        stale.transaction().set_properties(owner="stale").commit_transaction()
+    assert catalog.load_table(TABLE).properties["owner"] == "x"
+    # pyiceberg's own path (schema merges, creation) still reloads and would apply it: the contrast.
+    stale.transaction().set_properties(owner="rebased").commit_transaction()
+    assert catalog.load_table(TABLE).properties["owner"] == "rebased"
+
+
+def test_the_sinks_catalogs_write_through_lean_file_io_unless_one_is_named(tmp_path: Path) -> None:
+    """Embedded and configured catalogs hand out LeanFileIO; a catalog naming py-io-impl keeps its own."""
+    wh = str(tmp_path / "wh")
+    sink_write(wh, TABLE, rows("a", 0, 5))
+    assert isinstance(embedded_catalog(wh).load_table(TABLE).io, LeanFileIO)
+    uri = f"sqlite:///{tmp_path / 'other.db'}"
+    configured = load_catalog(CatalogConfig(name="c1", properties={"type": "sql", "uri": uri, "warehouse": wh}))
+    assert configured.properties["py-io-impl"].endswith("LeanFileIO")
+    named = load_catalog(
+        CatalogConfig(
+            name="c2",
+            properties={"type": "sql", "uri": uri, "warehouse": wh, "py-io-impl": "pyiceberg.io.fsspec.FsspecFileIO"},
+        )
+    )
+    assert named.properties["py-io-impl"] == "pyiceberg.io.fsspec.FsspecFileIO"
+
+
+def test_lean_file_io_opens_s3_streams_lazily_and_creates_without_a_check(tmp_path: Path) -> None:
+    """S3: allow_delayed_open (a small file is one PUT); create() writes over a name without asking first."""
+    io = LeanFileIO(
+        {
+            "s3.endpoint": "http://127.0.0.1:9",
+            "s3.region": "us-east-1",
+            "s3.access-key-id": "k",
+            "s3.secret-access-key": "test-only",
+        }
+    )
+    _, (options,) = io.fs_by_scheme("s3", "bucket").__reduce__()
+    assert options["allow_delayed_open"] is True
+    path = tmp_path / "f.bin"
+    path.write_bytes(b"old")
+    with io.new_output(str(path)).create() as stream:  # pyiceberg's default create() would raise FileExistsError
+        stream.write(b"new")
+    assert path.read_bytes() == b"new"
