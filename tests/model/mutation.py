@@ -105,6 +105,14 @@ def catch(mutant: Mutant, seeds: Iterable[int]) -> InvariantViolation:
         MutantSurvived: no schedule broke ``mutant.breaks`` (the other invariants broken, if any, named).
         ModelCrash: a schedule reported a violation naming no invariant.
     """
+    found = hunt(mutant, seeds)
+    if isinstance(found, InvariantViolation):
+        return found
+    raise survived(mutant, found)
+
+
+def hunt(mutant: Mutant, seeds: Iterable[int]) -> InvariantViolation | dict[str, int]:
+    """:func:`catch`'s search: the violation, or the other invariants broken on the way (first seed of each)."""
     others: dict[str, int] = {}
     with mutant.applied():
         for seed in seeds:
@@ -114,4 +122,10 @@ def catch(mutant: Mutant, seeds: Iterable[int]) -> InvariantViolation:
                 if mutant.breaks in caught.invariants:
                     return caught
                 others.update(dict.fromkeys(sorted(caught.invariants - others.keys()), seed))
-    raise MutantSurvived(f"no schedule broke {mutant.breaks}; other invariants broken (first seed): {others or 'none'}")
+    return others
+
+
+def survived(mutant: Mutant, others: dict[str, int]) -> MutantSurvived:
+    """The error of a mutant no schedule caught (``others``: other invariants broken, first seed of each)."""
+    broken = others or "none"
+    return MutantSurvived(f"no schedule broke {mutant.breaks}; other invariants broken (first seed): {broken}")

@@ -46,6 +46,7 @@ from . import harness as harness_module
 from . import memory_port as memory_port_module
 from .harness import run_schedule
 from .mutation import ModelCrash, Mutant, MutantSurvived, catch
+from .parallel import catch_named, run_schedules
 from .sqlite_backend import SqliteBackend
 
 pytestmark = pytest.mark.model
@@ -77,15 +78,8 @@ def test_runs_of_skips_do_not_starve_a_small_group_limit(seed: int) -> None:
 
 def test_random_schedules_keep_every_invariant() -> None:
     """>= 10,000 random schedules: every invariant holds after every one, and the hard cases occur."""
-    stats: Counter[str] = Counter()
-    failures = []
     started = time.monotonic()
-    for seed in _seeds():
-        violations = run_schedule(seed, stats=stats)
-        if violations:
-            failures.append((seed, violations[:3]))
-            if len(failures) >= 5:
-                break
+    stats, failures = run_schedules(_seeds())
     elapsed = time.monotonic() - started
     print(f"\nmodel: {stats['schedules']} schedules in {elapsed:.0f}s")
     for name, count in sorted(stats.items()):
@@ -366,7 +360,7 @@ MUTANTS = {
 @pytest.mark.parametrize("name", sorted(MUTANTS))
 def test_model_catches_a_broken_protocol(name: str) -> None:
     """Each deliberately broken variant of the protocol breaks the invariant it declares within the budget."""
-    caught = catch(MUTANTS[name], range(MUTANT_BUDGET))
+    caught = catch_named(__name__, "MUTANTS", name, MUTANT_BUDGET)
     print(f"\n{name}: {MUTANTS[name].breaks} broken at schedule {caught.seed}: {caught.violations[0][:200]}")
     assert MUTANTS[name].breaks in caught.invariants
 

@@ -8,10 +8,7 @@ mutants prove those checks catch the ways upserts go wrong.
 
 from __future__ import annotations
 
-import contextlib
 import os
-from collections import Counter
-from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -21,8 +18,8 @@ import pyspark_fenced_sink.protocol.replace as replace_module
 import pyspark_fenced_sink.protocol.upsert as upsert_module
 
 from . import upserts
-from .harness import run_schedule
-from .mutation import Mutant, catch
+from .mutation import Mutant
+from .parallel import catch_named, run_schedules
 
 pytestmark = pytest.mark.model
 
@@ -30,27 +27,10 @@ SCHEDULES = int(os.environ.get("FENCEDLAKE_MODEL_UPSERT_SCHEDULES", "2000"))
 MUTANT_BUDGET = 1000
 
 
-@contextlib.contextmanager
-def _forced(ordered: bool) -> Iterator[None]:
-    old, upserts.FORCED = upserts.FORCED, ordered
-    try:
-        yield
-    finally:
-        upserts.FORCED = old
-
-
 @pytest.mark.parametrize("ordered", [True, False], ids=["upsert-order", "no-order"])
 def test_upsert_schedules_keep_every_invariant(ordered: bool) -> None:
     """Upsert writers in every schedule: every invariant, the row replay and the serial oracle hold."""
-    stats: Counter[str] = Counter()
-    failures = []
-    with _forced(ordered):
-        for seed in range(SCHEDULES // 2):
-            violations = run_schedule(seed, stats=stats)
-            if violations:
-                failures.append((seed, violations[:3]))
-                if len(failures) >= 5:
-                    break
+    stats, failures = run_schedules(range(SCHEDULES // 2), forced=ordered)
     print({k: v for k, v in sorted(stats.items()) if "upsert" in k or "delet" in k or "tombstone" in k})
     assert not failures, f"invariant violations (seed, first violations): {failures}"
     if SCHEDULES >= 1000:
@@ -107,6 +87,6 @@ MUTANTS = {
 @pytest.mark.parametrize("name", sorted(MUTANTS))
 def test_model_catches_a_broken_upsert(name: str) -> None:
     """Each deliberately broken variant of the upsert rules breaks the invariant it declares within the budget."""
-    caught = catch(MUTANTS[name], range(MUTANT_BUDGET))
+    caught = catch_named(__name__, "MUTANTS", name, MUTANT_BUDGET)
     print(f"\n{name}: {MUTANTS[name].breaks} broken at schedule {caught.seed}: {caught.violations[0][:200]}")
     assert MUTANTS[name].breaks in caught.invariants
