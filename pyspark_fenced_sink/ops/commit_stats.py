@@ -142,6 +142,7 @@ _CAUSE_WORDS = {
     WaitCause.SLOW.value: "a slow committer",
     WaitCause.POSITION.value: "a missing position",
     WaitCause.CATALOG.value: "the catalog (conflicts or an outage)",
+    WaitCause.STORE.value: "the object store (a failed read of the WAL)",
 }
 
 

@@ -28,7 +28,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import Union
 
-from pyspark_fenced_sink.errors import CorruptControlDataError
+from pyspark_fenced_sink.errors import CorruptControlDataError, StoreError
 from pyspark_fenced_sink.protocol.attempt import attempt_commit
 from pyspark_fenced_sink.protocol.context import CommitContext, CommitResult
 from pyspark_fenced_sink.protocol.entry import TOKEN_CHARS, EntryKind, WalEntry
@@ -74,13 +74,33 @@ class Committer:
         return self.claimed.entry
 
     def run(self) -> CommitResult:
-        """Run the steps until the entry's outcome is known."""
+        """Run the steps until the entry's outcome is known.
+
+        A step whose read of the WAL fails (``StoreError``: nothing was written, the entry is durable)
+        starts again from a fresh read of the table after a backoff, until the deadline.
+        """
         step: Step = self.locate
+        failures = 0
         while True:
-            nxt = step()
+            try:
+                nxt = step()
+            except StoreError as e:
+                failures += 1
+                nxt = self._store_failed(e, failures)
             if isinstance(nxt, CommitResult):
                 return nxt
             step = nxt
+
+    def _store_failed(self, error: StoreError, failures: int) -> Step:
+        ctx = self.ctx
+        self.progress.saw(WaitCause.STORE)
+        if ctx.now() > self.deadline:
+            raise error
+        self.progress.note(ctx, f"reading the WAL again after a store failure ({type(error).__name__})")
+        ctx.sleep(backoff(ctx, failures))
+        self.view = reload(ctx, self.progress)
+        self.known = None
+        return self.locate
 
     # ------------------------------------------------------------------------------------------------ steps
 

@@ -88,10 +88,19 @@ class WaitCause(Enum):
     POSITION = "position"
     #: The catalog refused (a concurrent commit) or could not be read (an outage).
     CATALOG = "catalog"
+    #: The object store failed a read of the WAL (a reset, a cut response, an outage): read again.
+    STORE = "store"
 
 
 #: Which cause a wait log keeps when a writer waited for several: the one that says most about the table.
-_RANK = {WaitCause.COMMIT: 0, WaitCause.CATALOG: 1, WaitCause.POSITION: 2, WaitCause.SLOW: 3, WaitCause.STALLED: 4}
+_RANK = {
+    WaitCause.COMMIT: 0,
+    WaitCause.CATALOG: 1,
+    WaitCause.STORE: 1,
+    WaitCause.POSITION: 2,
+    WaitCause.SLOW: 3,
+    WaitCause.STALLED: 4,
+}
 
 
 @dataclass

@@ -168,10 +168,20 @@ def test_conflicting_commit_removes_its_manifests_and_retries(wh: str, monkeypat
     assert table_ids(wh, TABLE) == list(range(10))
 
 
+@pytest.mark.parametrize(
+    "error",
+    [
+        OSError("When uploading part for key 'metadata/snap.avro': connection reset (injected)"),
+        # A read of the parent's manifest list whose response was cut short: pyarrow hands back the bytes it
+        # got and pyiceberg's Avro decoder runs out of them (seen through toxiproxy's limit_data).
+        EOFError("EOF: read 1 bytes"),
+    ],
+    ids=["write-failed", "read-cut-short"],
+)
 def test_storage_failure_while_writing_manifests_is_retried_not_left_unknown(
-    wh: str, monkeypatch: pytest.MonkeyPatch
+    wh: str, monkeypatch: pytest.MonkeyPatch, error: BaseException
 ) -> None:
-    """An OSError writing the commit's manifests (nothing sent to the catalog) is retried: APPLIED, not unknown."""
+    """Storage failing under the commit's manifests (nothing sent to the catalog) is retried: APPLIED, not unknown."""
     from pyspark_fenced_sink.iceberg.commit.branches import StagedCommit
 
     sink_write(wh, TABLE, rows("a", 0, 5))
@@ -181,7 +191,7 @@ def test_storage_failure_while_writing_manifests_is_retried_not_left_unknown(
     def fails_once(self: StagedCommit, producer: Any) -> None:
         calls.append(1)
         if len(calls) == 1:
-            raise OSError("When uploading part for key 'metadata/snap.avro': connection reset (injected)")
+            raise error
         real(self, producer)
 
     monkeypatch.setattr(StagedCommit, "finish", fails_once)

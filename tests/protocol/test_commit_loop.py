@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
+from pyspark_fenced_sink.errors import StoreError
 from pyspark_fenced_sink.protocol.commit import commit_entry, recover
 from pyspark_fenced_sink.protocol.committer import Committer
 from pyspark_fenced_sink.protocol.context import CommitContext
@@ -397,3 +398,43 @@ def test_head_never_plans_on_a_claim_listing_with_a_hole_a_barrier_may_have_fill
     assert (result.outcome, result.seq) == (Outcome.APPLIED, 4)
     assert [code for _, code in table.records[-1][1].outcomes] == ["K", "B", "B", "A"]
     assert table.state.writers["w2"].epoch == 2
+
+
+class _ReadsFailAfterPut(CountingStore):
+    """After the first conditional PUT, the next ``n`` reads (GET and LIST) fail as a cut response would."""
+
+    def __init__(self, inner: Any, n: int) -> None:
+        super().__init__(inner)
+        self.armed, self.left = False, n
+
+    def _maybe_fail(self) -> None:
+        if self.armed and self.left > 0:
+            self.left -= 1
+            raise StoreError("GET failed: Connection was closed before we received a valid response (injected)")
+
+    def get(self, key: str) -> bytes | None:
+        self._maybe_fail()
+        return super().get(key)
+
+    def list(self, prefix: str, start_after: str = "") -> list[str]:
+        self._maybe_fail()
+        return super().list(prefix, start_after)
+
+    def put_if_absent(self, key: str, data: bytes) -> bool:
+        created = super().put_if_absent(key, data)
+        self.armed = True
+        return created
+
+
+def test_a_failed_read_of_the_wal_after_the_put_is_made_again_not_left_unknown() -> None:
+    """The entry is durable; the store cuts the committer's next reads (a pending job's barrier before it):
+    the committer backs off, reads the table and the WAL again, and commits — no unknown outcome."""
+    shared, clock = MemoryStore(), Clock()
+    table = _table(shared)
+    _job(_ctx(table, shared, Clock()), "job-b", 1, "b")  # its barrier lies before our entry: read, then passed
+    flaky = _ReadsFailAfterPut(shared, 3)
+    ctx = _ctx(table, flaky, clock)
+    result = commit_entry(ctx, _entry(ctx, "a"))
+    assert flaky.left == 0, "the injected failures were not reached"
+    assert (result.outcome, result.unknowns, result.waited_for) == (Outcome.APPLIED, 0, "store")
+    assert _files(table) == ["data/a.parquet"]

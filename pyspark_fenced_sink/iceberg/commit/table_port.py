@@ -79,7 +79,9 @@ _UNKNOWN_ERRORS += (ServerError, ServiceUnavailableError, AuthorizationExpiredEr
 #: What writing a commit's manifests and manifest list may raise when the storage fails (a reset, a cut or
 #: timed-out response, an outage): the commit was not sent, so nothing landed. The loop treats it as a
 #: conflict -- back off, re-read, re-plan -- until ``commit.max-wait-ms``, instead of an unknown outcome.
-_STAGING_ERRORS: tuple[type[BaseException], ...] = (OSError,)
+#: EOFError: a read of the parent's manifest list cut short (pyarrow returns the bytes that came; pyiceberg's
+#: Avro decoder runs out of them).
+_STAGING_ERRORS: tuple[type[BaseException], ...] = (OSError, EOFError)
 try:
     from botocore.exceptions import BotoCoreError
 
