@@ -136,3 +136,11 @@ def test_lean_file_io_opens_s3_streams_lazily_and_creates_without_a_check(tmp_pa
     with io.new_output(str(path)).create() as stream:  # pyiceberg's default create() would raise FileExistsError
         stream.write(b"new")
     assert path.read_bytes() == b"new"
+
+
+def test_lean_file_io_leaves_azure_to_the_file_io_pyiceberg_prefers_for_it() -> None:
+    """abfs/wasb locations go to pyiceberg's preferred FileIO for them (fsspec's), as without LeanFileIO."""
+    io = LeanFileIO({"adls.account-name": "devstoreaccount1"})
+    azure = io.new_output("abfs://container@devstoreaccount1.dfs.core.windows.net/t/a.parquet")
+    assert type(azure).__module__ == "pyiceberg.io.fsspec"
+    assert type(io.new_output("file:///tmp/t/a.parquet")).__module__ == "pyspark_fenced_sink.iceberg.codec.fileio"

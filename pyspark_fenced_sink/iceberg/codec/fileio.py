@@ -14,8 +14,9 @@ import functools
 from collections.abc import Mapping
 from typing import Any
 
-from pyiceberg.io import PY_IO_IMPL, FileIO, load_file_io
+from pyiceberg.io import ARROW_FILE_IO, PY_IO_IMPL, SCHEMA_TO_FILE_IO, FileIO, load_file_io
 from pyiceberg.io.pyarrow import PyArrowFile, PyArrowFileIO
+from pyiceberg.typedef import EMPTY_DICT, Properties
 
 __all__ = ["LEAN_FILE_IO", "LeanFileIO", "cached_file_io", "io_properties", "with_lean_file_io"]
 
@@ -30,6 +31,9 @@ class _NewFile(PyArrowFile):
 class LeanFileIO(PyArrowFileIO):
     """pyiceberg's ``PyArrowFileIO``, writing a small file to S3 in one request instead of five.
 
+    For a scheme whose preferred FileIO in pyiceberg is another (Azure's ``abfs``/``wasb``: fsspec's),
+    every call goes to that FileIO unchanged, as without this class.
+
     * S3 output streams open lazily (pyarrow's ``allow_delayed_open``): a file smaller than one
       part is a single ``PUT``, not a multipart upload (create, part, complete).
     * ``create()`` does not first ask whether the file exists (a ``HEAD`` and a ``LIST`` on S3).
@@ -39,13 +43,46 @@ class LeanFileIO(PyArrowFileIO):
       WAL store's conditional ``PUT`` (``store``), not this.
     """
 
+    def __init__(self, properties: Properties = EMPTY_DICT) -> None:
+        super().__init__(properties)
+        self._others: dict[str, FileIO] = {}
+
+    def _other(self, location: str) -> FileIO | None:
+        """The FileIO pyiceberg prefers for ``location``'s scheme when it is not pyarrow's (Azure: fsspec's)."""
+        scheme = location.split("://", 1)[0] if "://" in location else "file"
+        preferred = SCHEMA_TO_FILE_IO.get(scheme, [ARROW_FILE_IO])
+        if preferred[0] == ARROW_FILE_IO:
+            return None
+        io = self._others.get(scheme)
+        if io is None:
+            plain = {k: v for k, v in self.properties.items() if k != PY_IO_IMPL}
+            io = self._others.setdefault(scheme, load_file_io(plain, location))
+        return io
+
+    def new_input(self, location: str) -> Any:
+        """A file to read at ``location``."""
+        other = self._other(location)
+        return other.new_input(location) if other is not None else super().new_input(location)
+
+    def delete(self, location: Any) -> None:
+        """Delete the file at ``location``."""
+        path = location if isinstance(location, str) else location.location
+        other = self._other(path)
+        if other is not None:
+            other.delete(location)
+        else:
+            super().delete(location)
+
     def _initialize_s3_fs(self, netloc: str | None) -> Any:
         fs = super()._initialize_s3_fs(netloc)
         rebuild, (options,) = fs.__reduce__()  # pyarrow's own pickling: every option of the filesystem
         return rebuild({**options, "allow_delayed_open": True})
 
-    def new_output(self, location: str) -> PyArrowFile:
+    def new_output(self, location: str) -> Any:
         """A file to write at ``location`` (a new name: see the class docstring)."""
+        other = self._other(location)
+        if other is not None:
+            return other.new_output(location)
         file = super().new_output(location)
         return _NewFile(location=file.location, path=file._path, fs=file._filesystem, buffer_size=file._buffer_size)
 
