@@ -275,13 +275,16 @@ class PgCommitLossProxy:
     """A TCP proxy on 127.0.0.1 in front of PostgreSQL that can lose a catalog commit.
 
     It parses the client side of the wire protocol (psycopg2 sends simple
-    ``Query`` messages: ``BEGIN``, ``UPDATE iceberg_tables ...``, ``COMMIT``).
-    :meth:`arm` makes the next transaction that updated ``iceberg_tables`` lose
-    its ``COMMIT``: with ``lose-response`` the proxy forwards the ``COMMIT``,
-    waits for PostgreSQL's ``CommandComplete`` (the commit is durable) and then
-    closes both connections without forwarding it; with ``lose-request`` it
-    closes them before the ``COMMIT`` reaches the server (PostgreSQL rolls the
-    transaction back). Everything else is forwarded byte for byte.
+    ``Query`` messages: ``BEGIN``, ``UPDATE iceberg_tables ...``, ``COMMIT``; on an
+    autocommit connection, as ``iceberg.sql_catalog`` makes them, the ``UPDATE``
+    alone). :meth:`arm` makes the next catalog commit lose the statement that
+    makes it durable — the ``COMMIT`` of a transaction that updated
+    ``iceberg_tables``, or an ``UPDATE iceberg_tables`` outside a transaction:
+    with ``lose-response`` the proxy forwards it, waits for PostgreSQL's
+    ``CommandComplete`` (the commit is durable) and then closes both connections
+    without forwarding it; with ``lose-request`` it closes them before the
+    statement reaches the server (nothing applied). Everything else is forwarded
+    byte for byte.
 
     Attributes:
         port: The port clients connect to.
@@ -338,7 +341,7 @@ class PgCommitLossProxy:
     def _pump(self, client: socket.socket, server: socket.socket) -> None:
         pending = b""
         started = False  # past the untyped start-up messages
-        in_update = False
+        in_update = in_transaction = False
         while True:
             readable, _, _ = select.select([client, server], [], [], 1.0)
             if self._closing:
@@ -362,19 +365,23 @@ class PgCommitLossProxy:
                 kind, body = (message[:1], message[5:]) if typed else (b"", b"")
                 if kind == b"Q":
                     text = body.rstrip(b"\x00").strip().upper()
+                    mode, tag = None, b""
                     if text.startswith(b"UPDATE ICEBERG_TABLES"):
-                        in_update = True
+                        in_update = in_transaction
+                        if not in_transaction:  # an autocommit connection: the UPDATE is the commit
+                            mode, tag = self._take(), b"UPDATE 1"
                     elif text in (b"COMMIT", b"ROLLBACK", b"BEGIN"):
-                        mode = self._take() if text == b"COMMIT" and in_update else None
-                        in_update = False
-                        if mode == LOSE_REQUEST:
-                            self.lost.append((mode, False))
-                            return
-                        if mode == LOSE_RESPONSE:
-                            server.sendall(message)
-                            applied = _await_command_complete(server, b"COMMIT")
-                            self.lost.append((mode, applied))
-                            return
+                        if text == b"COMMIT" and in_update:
+                            mode, tag = self._take(), b"COMMIT"
+                        in_update, in_transaction = False, text == b"BEGIN"
+                    if mode == LOSE_REQUEST:
+                        self.lost.append((mode, False))
+                        return
+                    if mode == LOSE_RESPONSE:
+                        server.sendall(message)
+                        applied = _await_command_complete(server, tag)
+                        self.lost.append((mode, applied))
+                        return
                 server.sendall(message)
 
 
