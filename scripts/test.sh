@@ -54,6 +54,27 @@ stages=("$@")
 names=() results=() secs=() counts=()
 failed=0
 
+# The interop stage's downloads (Iceberg's jars, a second virtualenv with another pyspark: a few minutes
+# on a fresh machine, mostly network and disk) are made in the background while the first stages run.
+# The integration and interop stages wait for them; a failure here shows up again in the interop stage
+# (its own run of the same steps), so it is only logged. FENCEDLAKE_PREPARE_INTEROP=0 turns this off.
+prepare_pid=""
+if [[ " ${stages[*]} " == *" interop "* ]] && [ "${FENCEDLAKE_PREPARE_INTEROP:-1}" = 1 ]; then
+    integration/interop/run.sh --prepare >"$OUT/interop-prepare.log" 2>&1 &
+    prepare_pid=$!
+    log "preparing the interop stage in the background (pid $prepare_pid)"
+fi
+prepared() {  # wait for the background preparation, once
+    [ -n "$prepare_pid" ] || return 0
+    if wait "$prepare_pid"; then
+        log "interop preparation: $(tail -n 1 "$OUT/interop-prepare.log")"
+    else
+        log "interop preparation failed (the interop stage runs its steps again); its log:"
+        tail -n 30 "$OUT/interop-prepare.log"
+    fi
+    prepare_pid=""
+}
+
 # pytest_counts FILE -> "passed failed skipped" from a JUnit XML report (empty if none).
 pytest_counts() {
     [ -s "$1" ] || return 0
@@ -102,9 +123,11 @@ for stage in "${stages[@]}"; do
         run_stage wheel - scripts/wheel_check.sh
         ;;
     integration)
+        prepared  # both fetch Iceberg's jars (integration/jvm/fetch.sh): never at the same time
         run_stage integration "$OUT/integration.xml" integration/run.sh integration --junitxml="$OUT/integration.xml"
         ;;
     interop)
+        prepared
         run_stage interop "$OUT/interop.xml" integration/interop/run.sh integration/interop --junitxml="$OUT/interop.xml"
         ;;
     bench)

@@ -2,6 +2,8 @@
 # The interop stage: fencedlake beside Apache Iceberg's Java reference implementation.
 #
 #   integration/interop/run.sh [pytest args...]    default: integration/interop
+#   integration/interop/run.sh --prepare           steps 1 and 2 only (scripts/test.sh runs it early, in the
+#                                                  background, while the first stages run)
 #
 # 1. integration/jvm/fetch.sh: the pinned jars (Iceberg's Spark runtime, iceberg-aws-bundle, hadoop-aws,
 #    JDBC drivers, the Iceberg REST fixture) from Maven Central into .jvm/ (cached; milliseconds when current);
@@ -35,6 +37,10 @@ t1=$SECONDS
 VENV="$IVENV" PIP_CONSTRAINT="$ROOT/$constraints" scripts/bootstrap.sh
 log "venv $IVENV (pyspark $pyspark_version) ready in $((SECONDS - t1)) s"
 
+if [ "${1:-}" = --prepare ]; then  # scripts/test.sh: jars and venv ahead of time, in the background
+    log "prepared (jars and $IVENV) in $((SECONDS - t0)) s"
+    exit 0
+fi
 args=("$@")
 [ "${#args[@]}" -gt 0 ] || args=(integration/interop)
 export VENV="$IVENV"
