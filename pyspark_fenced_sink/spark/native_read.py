@@ -3,8 +3,8 @@
 Plans exactly as ``spark.read.format("fencedlake")`` does, then hands the planned
 files to ``spark.read.parquet`` with the table's schema and each column's
 Iceberg field id (``spark.sql.parquet.fieldId.read.enabled``), so columns match by
-id. Position delete files are applied natively too, by an anti-join on (data file,
-row index) (``spark.native_deletes``). Object stores go native under ``"auto"`` when
+id. Position delete files are applied natively too, by a bitmap of the deleted (data file,
+row index) pairs or an anti-join on them (``spark.native_deletes``). Object stores go native under ``"auto"`` when
 the session's Hadoop configuration serves the scheme (:func:`scheme_obstacle`).
 Wherever the rows could differ it falls back to the data source and logs why
 (``native=True`` raises the reason instead): equality deletes are refused by the

@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime as dt
 import math
 import uuid
+from dataclasses import replace
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -218,13 +219,27 @@ def test_time_travel_reads_the_files_of_that_snapshot(session: Any, wh: str) -> 
         assert sorted(r.id for r in _source(session, wh, "db.travel", **options).collect()) == ids
 
 
-@pytest.mark.parametrize("collect_limit", [native_deletes.COLLECT_LIMIT, -1], ids=["collected", "spark-read"])
+#: The three native ways to drop deleted rows: (COLLECT_LIMIT, BITMAP_ROWS, the unsafe literal is built).
+_DELETE_PATHS = {
+    "bitmap": (native_deletes.COLLECT_LIMIT, native_deletes.BITMAP_ROWS, True),
+    "bitmap-unavailable": (native_deletes.COLLECT_LIMIT, native_deletes.BITMAP_ROWS, False),
+    "collected": (native_deletes.COLLECT_LIMIT, -1, True),
+    "spark-read": (-1, native_deletes.BITMAP_ROWS, True),
+}
+
+
+@pytest.mark.parametrize("path", list(_DELETE_PATHS))
 def test_position_deletes_are_applied_natively_per_planned_data_file(
-    session: Any, wh: str, collect_limit: int, monkeypatch: pytest.MonkeyPatch
+    session: Any, wh: str, path: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Deleted positions leave the rows (collected on the driver, or read by Spark); clean files join nothing."""
+    """Deleted positions leave the rows (a bitmap filter, or an anti-join: keys collected on the driver or read by
+    Spark); clean files join nothing."""
+    collect_limit, bitmap_rows, unsafe_literal = _DELETE_PATHS[path]
     monkeypatch.setattr(native_deletes, "COLLECT_LIMIT", collect_limit)
-    table_name = f"db.deleted_{'c' if collect_limit > 0 else 's'}"
+    monkeypatch.setattr(native_deletes, "BITMAP_ROWS", bitmap_rows)
+    if not unsafe_literal:
+        monkeypatch.setattr(native_deletes, "_long_array", lambda spark, values: None)
+    table_name = f"db.deleted_{path.replace('-', '_')}"
     schema = T.StructType([T.StructField("id", T.LongType(), False), T.StructField("s", T.StringType())])
     for lo in (0, 10, 20):
         _write(session, wh, table_name, [(i, f"s{i}") for i in range(lo, lo + 10)], schema)
@@ -249,6 +264,94 @@ def test_position_deletes_are_applied_natively_per_planned_data_file(
     deletes = {_local(p) for f in plan.dirty for p in f.delete_files}
     assert read - deletes == {_local(p) for p in plan.files}  # Spark reads the delete files only when told to
     assert (read & deletes == deletes) is (collect_limit < 0)
+    joined = "BroadcastHashJoin" in executed
+    assert joined is (path != "bitmap"), executed
+    if path == "bitmap":  # the bitmap travels in the plan as one token, not spelled out value by value
+        assert "UnsafeArrayData" in executed and len(executed) < 20_000
+
+
+def _dirty_table(session: Any, wh: str, table_name: str, files: int) -> tuple[Any, int]:
+    """``files`` data files of 5 rows, each with its first row deleted: (the table, rows kept)."""
+    schema = T.StructType([T.StructField("id", T.LongType(), False)])
+    df = session.createDataFrame([(i,) for i in range(5 * files)], schema).repartitionByRange(files, "id")
+    df.write.format("fencedlake").mode("append").option("warehouse", wh).save(table_name)
+    table = embedded_catalog(wh).load_table(table_name)
+    paths = sorted(t.file.file_path for t in table.scan().plan_files())
+    assert len(paths) == files
+    table = commit_deletes(table, [position_delete_file(table, p, [0]) for p in paths])
+    return table, 4 * files
+
+
+def _ids(df: Any) -> list[int]:
+    return sorted(r.id for r in df.collect())
+
+
+def test_the_bitmap_finds_every_file_by_probing_past_its_home_slot(
+    session: Any, wh: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Four files in one home slot (a table of one slot and its spill slots): each row finds its file by probing."""
+    table, kept = _dirty_table(session, wh, "db.probed", native_deletes._PROBES)
+    monkeypatch.setattr(native_deletes, "_slots", lambda hashes: list(range(len(hashes))))
+    df = read_table(session, "db.probed", warehouse=wh, native=True)
+    assert "BroadcastHashJoin" not in df._jdf.queryExecution().executedPlan().toString()
+    assert _ids(df) == sorted(r["id"] for r in table.scan().to_arrow().to_pylist())
+    assert len(_ids(df)) == kept
+
+
+def test_names_the_slots_cannot_hold_or_a_hash_spark_disagrees_with_are_anti_joined(
+    session: Any, wh: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """More names sharing a hash than probes, or a driver hash that is not Spark's: the anti-join, exact rows."""
+    assert native_deletes._slots([7] * (native_deletes._PROBES + 1)) is None
+    table, kept = _dirty_table(session, wh, "db.collide", native_deletes._PROBES + 2)
+    expected = sorted(r["id"] for r in table.scan().to_arrow().to_pylist())
+    real = native_deletes.spark_hash
+    for wrong in (lambda name: 7, lambda name: real(name) ^ 1):
+        monkeypatch.setattr(native_deletes, "spark_hash", wrong)
+        monkeypatch.setattr(native_deletes, "_HASH_AGREES", {})
+        df = read_table(session, "db.collide", warehouse=wh, native=True)
+        assert "BroadcastHashJoin" in df._jdf.queryExecution().executedPlan().toString()
+        assert _ids(df) == expected and len(expected) == kept
+
+
+def test_spark_hash_is_sparks_own_hash_of_a_file_name(session: Any) -> None:
+    """The slot a row looks in is Spark's hash of its name: the driver's copy of it must agree on every tail."""
+    from pyspark.sql import functions as F  # noqa: N812
+
+    names = [
+        "",
+        "a",
+        "ab",
+        "abc",
+        "abcd",
+        "abcde",
+        "file:/wh/\u00e9t\u00e9.parquet",
+        "s3://b/\u4e2d~x~1.parquet",
+        "x" * 101,
+    ]
+    rows = session.createDataFrame([(n,) for n in names], "n string").select("n", F.hash("n").alias("h")).collect()
+    assert [(r.n, native_deletes.spark_hash(r.n)) for r in rows] == [(r.n, r.h) for r in rows]
+
+
+def test_a_file_holding_more_rows_than_its_manifest_records_fails_the_read(
+    session: Any, wh: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The bitmap gives each file the bits of its recorded rows: a row past them fails the read, never a wrong row."""
+    from pyspark_fenced_sink.spark import native_read
+
+    schema = T.StructType([T.StructField("id", T.LongType(), False)])
+    _write(session, wh, "db.miscounted", [(i,) for i in range(10)], schema)
+    _write(session, wh, "db.miscounted", [(i,) for i in range(10, 20)], schema)
+    table = embedded_catalog(wh).load_table("db.miscounted")
+    files = sorted(t.file.file_path for t in table.scan().plan_files())
+    commit_deletes(table, [position_delete_file(table, f, [1]) for f in files])
+    real = native_read.dirty_files
+    monkeypatch.setattr(
+        native_read, "dirty_files", lambda tasks: tuple(replace(f, record_count=2) for f in real(tasks))
+    )
+    df = read_table(session, "db.miscounted", warehouse=wh, native=True)
+    with pytest.raises(Exception, match="more rows than its manifest records"):
+        df.collect()
 
 
 def test_delete_rows_are_checked_against_every_reader_and_the_count_drops(session: Any, wh: str) -> None:
