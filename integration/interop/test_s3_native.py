@@ -6,6 +6,8 @@ The session has hadoop-aws with the AWS SDK modules of iceberg-aws-bundle (integ
 * ``read_table(..., native=True)`` on a table whose files are on ``s3://`` reads them with Spark's own
   Parquet reader through S3A, and returns exactly the rows of ``format("fencedlake")`` and pyiceberg;
   ``native="auto"`` goes native too: the session's Hadoop serves ``s3://`` (S3A);
+* an upserted ``s3://`` table (position deletes) reads natively with its deletes applied: the same rows as
+  pyiceberg and the data source;
 * a streaming query's checkpoint lives on S3: a query stopped after its first run and restarted from
   the same ``s3://`` checkpoint processes only the new input, and the table holds every row once. On
   Spark 4.0 this is also the sink's row-writer path (no ``DataSourceStreamArrowWriter`` there).
@@ -54,6 +56,33 @@ def test_read_table_reads_s3_files_natively_through_s3a(spark: Any, services: Se
     assert spark_rows(native) == expected
     assert expected == pyiceberg_rows(cat.load().load_table(table))
     assert native.count() == 300
+
+
+def test_an_upserted_s3_table_reads_natively_with_its_deletes_applied(
+    spark: Any, services: Services, tmp_path: Path
+) -> None:
+    """Upserts leave position deletes on ``s3://``: read_table drops the replaced rows natively on this Spark."""
+    from pyspark_fenced_sink import read_table
+    from pyspark_fenced_sink.spark.native_read import plan_native_read
+
+    cat = make_catalog(services, "pg-s3", tmp_path)
+    table = f"{cat.namespace}.upserted"
+    options = cat.options(table)
+    frame(spark, range(100), 0).write.format("fencedlake").mode("append").options(**options).save()
+    for day, ids in ((1, range(50, 150)), (2, range(90, 110))):
+        frame(spark, ids, day).write.format("fencedlake").mode("append").options(
+            **options, **{"upsert-keys": "id"}
+        ).save()
+    read_options = {k: v for k, v in options.items() if k != "table"}
+
+    plan = plan_native_read(spark, table, native=True, **read_options)
+    assert plan.native and plan.dirty, plan  # data files with position deletes
+    native = read_table(spark, table, native=True, **read_options)
+    executed = native._jdf.queryExecution().executedPlan().toString()
+    assert "FileScan parquet" in executed and "BroadcastHashJoin" not in executed  # the bitmap filter
+    expected = pyiceberg_rows(cat.load().load_table(table))
+    assert spark_rows(native) == expected == spark_rows(spark.read.format("fencedlake").options(**options).load())
+    assert native.count() == 150
 
 
 def test_streaming_checkpoint_on_s3_restarts_exactly_once(spark: Any, services: Services, tmp_path: Path) -> None:
