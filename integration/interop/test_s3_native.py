@@ -7,7 +7,7 @@ The session has hadoop-aws with the AWS SDK modules of iceberg-aws-bundle (integ
   Parquet reader through S3A, and returns exactly the rows of ``format("fencedlake")`` and pyiceberg;
   ``native="auto"`` goes native too: the session's Hadoop serves ``s3://`` (S3A);
 * an upserted ``s3://`` table (position deletes) reads natively with its deletes applied: the same rows as
-  pyiceberg and the data source;
+  pyiceberg, the data source and Iceberg Java's reader;
 * a streaming query's checkpoint lives on S3: a query stopped after its first run and restarted from
   the same ``s3://`` checkpoint processes only the new input, and the table holds every row once. On
   Spark 4.0 this is also the sink's row-writer path (no ``DataSourceStreamArrowWriter`` there).
@@ -82,6 +82,7 @@ def test_an_upserted_s3_table_reads_natively_with_its_deletes_applied(
     assert "FileScan parquet" in executed and "BroadcastHashJoin" not in executed  # the bitmap filter
     expected = pyiceberg_rows(cat.load().load_table(table))
     assert spark_rows(native) == expected == spark_rows(spark.read.format("fencedlake").options(**options).load())
+    assert spark_rows(spark.table(cat.spark_name(table))) == expected  # Iceberg Java's reader, the same rows
     assert native.count() == 150
 
 
