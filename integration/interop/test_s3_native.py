@@ -82,6 +82,7 @@ def test_an_upserted_s3_table_reads_natively_with_its_deletes_applied(
     assert "FileScan parquet" in executed and "BroadcastHashJoin" not in executed  # the bitmap filter
     expected = pyiceberg_rows(cat.load().load_table(table))
     assert spark_rows(native) == expected == spark_rows(spark.read.format("fencedlake").options(**options).load())
+    cat.register(spark)
     assert spark_rows(spark.table(cat.spark_name(table))) == expected  # Iceberg Java's reader, the same rows
     assert native.count() == 150
 
