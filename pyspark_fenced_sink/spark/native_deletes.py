@@ -64,6 +64,7 @@ _MAX_SLOTS_PER_FILE = 64
 #: Names whose Spark hash :func:`spark_hash` is checked against Spark's own once per process and Spark version.
 _HASH_PROBES = ("", "a", "ab", "abc", "abcd", "file:/w/\u00e9.parquet", "s3://b/\u4e2d-\U0001f600.parquet")
 _HASH_AGREES: dict[str, bool] = {}
+_JVM_CLASSES: dict[int, tuple[Any, ...]] = {}
 #: A row's key is ``file number << _ROW_BITS | row index``: a data file may hold up to 2**32 rows.
 _ROW_BITS = 32
 _MASK32 = 0xFFFFFFFF
@@ -250,6 +251,25 @@ def _slots(hashes: Sequence[int]) -> list[int | None] | None:
     return None
 
 
+def _jvm_classes(spark: Any) -> tuple[Any, ...]:
+    """The JVM classes :func:`_long_array` uses, looked up once per gateway (each package step is a py4j call)."""
+    jvm = spark._jvm
+    key = id(jvm)
+    if key not in _JVM_CLASSES:
+        types = jvm.org.apache.spark.sql.types.DataTypes
+        _JVM_CLASSES.clear()
+        _JVM_CLASSES[key] = (
+            jvm.java.nio.ByteBuffer,
+            jvm.java.nio.LongBuffer,
+            jvm.org.apache.spark.sql.catalyst.expressions.UnsafeArrayData,
+            jvm.org.apache.spark.sql.catalyst.expressions.Literal,
+            types.createArrayType(types.LongType, False),
+            jvm.org.apache.spark.sql.classic.ExpressionColumnNode,
+            jvm.org.apache.spark.sql.Column,
+        )
+    return _JVM_CLASSES[key]
+
+
 def _long_array(spark: Any, values: Any) -> Any:
     """An ``array<bigint>`` literal Column of ``values`` (int64) held as Spark's UnsafeArrayData, or None.
 
@@ -260,17 +280,11 @@ def _long_array(spark: Any, values: Any) -> Any:
     from pyspark.sql import Column
 
     try:
-        jvm = spark._jvm
-        big_endian = values.astype(">i8").tobytes()
-        longs = jvm.java.nio.LongBuffer.allocate(len(values))
-        longs.put(jvm.java.nio.ByteBuffer.wrap(bytearray(big_endian)).asLongBuffer())
-        data = jvm.org.apache.spark.sql.catalyst.expressions.UnsafeArrayData.fromPrimitiveArray(longs.array())
-        types = jvm.org.apache.spark.sql.types.DataTypes
-        literal = jvm.org.apache.spark.sql.catalyst.expressions.Literal(
-            data, types.createArrayType(types.LongType, False)
-        )
-        node = jvm.org.apache.spark.sql.classic.ExpressionColumnNode.apply(literal)
-        return Column(jvm.org.apache.spark.sql.Column(node))
+        byte_buffer, long_buffer, unsafe_array, literal, array_type, column_node, column = _jvm_classes(spark)
+        longs = long_buffer.allocate(len(values))
+        longs.put(byte_buffer.wrap(bytearray(values.astype(">i8").tobytes())).asLongBuffer())
+        value = literal(unsafe_array.fromPrimitiveArray(longs.array()), array_type)
+        return Column(column(column_node.apply(value)))
     except Exception as e:  # noqa: BLE001 - py4j raises several kinds; any of them means "not on this Spark"
         logger.info("fencedlake: no unsafe array literal on this Spark (%s): position deletes are anti-joined", e)
         return None
