@@ -190,6 +190,7 @@ def test_toxic_on_one_kind_of_request_loses_and_duplicates_nothing(
     links = tuple(catalog if s == "catalog" else s for s in services_hit)
     toxic_kind, attributes = TOXICS[toxic]
     armed: list[str] = []
+    timers: list[threading.Timer] = []
     lock = threading.Lock()
 
     def arm() -> None:
@@ -201,7 +202,9 @@ def test_toxic_on_one_kind_of_request_loses_and_duplicates_nothing(
                 armed.append(service)
                 if toxic_kind is not None:
                     name = proxy.add_toxic(toxic_kind, name="req", **attributes)
-                    threading.Timer(1.5, proxy.remove_toxic, args=(name,)).start()
+                    timer = threading.Timer(1.5, proxy.remove_toxic, args=(name,))
+                    timer.start()
+                    timers.append(timer)
 
     def write(i: int, *, faulty: bool = True) -> str:
         if faulty and not point:
@@ -222,7 +225,9 @@ def test_toxic_on_one_kind_of_request_loses_and_duplicates_nothing(
         for i in range(3):
             armed.clear()
             records.append(attempt(f"w{i}", (i * 100, 20), time.monotonic(), lambda i=i: write(i), app="req"))
-            time.sleep(1.6)  # the toxic is gone before the next write
+            for timer in timers:  # the toxic is gone before the next write (at once if the write outlasted it)
+                timer.join()
+            timers.clear()
     finally:
         failpoints.set_handler(None)
     assert armed, f"the fail point {point} was never reached: the toxic hit nothing"

@@ -6,6 +6,8 @@ schedule stands alone (its seed decides everything), so they run in a pool of
 made once per test run. Workers start with ``spawn``: nothing of the parent — a
 SparkSession, a patched module — is inherited; a mutant is looked up by name in
 its test module and applied for one share of seeds at a time (then restored).
+Schedules over a real SQLite catalog (``sqlite_dir``) run the same way, each share
+over its own catalog in a subdirectory (a table per seed, as in one process).
 The same seeds, the same checks and the same first catching seed as one process
 would give; only faster on a machine with more than one core.
 """
@@ -19,6 +21,7 @@ import os
 from collections import Counter
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
 
 from .mutation import InvariantViolation, Mutant, catch, hunt, survived
 
@@ -46,16 +49,20 @@ def _shared_pool() -> ProcessPoolExecutor:
     return _pool
 
 
-def _run(seeds: Sequence[int], forced: bool | None) -> tuple[Counter[str], list[Failure]]:
+def _run(
+    seeds: Sequence[int], forced: bool | None, sqlite_dir: str | None = None
+) -> tuple[Counter[str], list[Failure]]:
     from . import upserts
     from .harness import run_schedule
+    from .sqlite_backend import SqliteBackend
 
     before, upserts.FORCED = upserts.FORCED, forced
     stats: Counter[str] = Counter()
     failures: list[Failure] = []
+    backend = SqliteBackend(Path(sqlite_dir)) if sqlite_dir is not None else None
     try:
         for seed in seeds:
-            violations = run_schedule(seed, stats=stats)
+            violations = run_schedule(seed, stats=stats, backend=backend)
             if violations:
                 failures.append((seed, violations[:3]))
                 if len(failures) >= MAX_FAILURES:
@@ -65,15 +72,21 @@ def _run(seeds: Sequence[int], forced: bool | None) -> tuple[Counter[str], list[
     return stats, failures
 
 
-def run_schedules(seeds: Sequence[int], *, forced: bool | None = None) -> tuple[Counter[str], list[Failure]]:
-    """Run every schedule of ``seeds`` (``forced``: ``upserts.FORCED``); the merged stats and the failures by seed."""
+def run_schedules(
+    seeds: Sequence[int], *, forced: bool | None = None, sqlite_dir: Path | None = None
+) -> tuple[Counter[str], list[Failure]]:
+    """Run every schedule of ``seeds`` (``forced``: ``upserts.FORCED``); the merged stats and the failures by seed.
+
+    ``sqlite_dir``: over a real SQLite catalog (``tests/model/sqlite_backend``), one per share in a subdirectory.
+    """
     workers = min(_workers(), len(seeds))
+    dirs = [str(sqlite_dir / f"share-{i}") if sqlite_dir is not None else None for i in range(max(1, workers))]
     if workers <= 1:
-        return _run(seeds, forced)
+        return _run(seeds, forced, dirs[0])
     shares = [list(seeds[i::workers]) for i in range(workers)]  # dealt, so slow stretches of seeds spread out
     stats: Counter[str] = Counter()
     failures: list[Failure] = []
-    for part, failed in _shared_pool().map(_run, shares, [forced] * workers):
+    for part, failed in _shared_pool().map(_run, shares, [forced] * workers, dirs):
         stats.update(part)
         failures.extend(failed)
     return stats, sorted(failures)[:MAX_FAILURES]

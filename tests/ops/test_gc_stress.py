@@ -38,10 +38,15 @@ from pyspark_fenced_sink.options.catalog import catalog_config
 from pyspark_fenced_sink.protocol.commit import recover
 from pyspark_fenced_sink.testing.harness import rows, sink_write, table_ids
 from pyspark_fenced_sink.testing.invariants import check_table
+from tests.profile import FULL
 
 ROOT = Path(__file__).resolve().parents[2]
 TABLE = "db.gcstress"
-SECONDS = float(os.environ.get("FENCEDLAKE_GC_STRESS_SECONDS", "45"))
+#: How long the lanes and the gc loop run before they wind down. The CI profile runs 25 s: every lane and the
+#: gc loop still run several processes, each killed at a random step with the same odds (35 % of the writers',
+#: 20 % of gc's), and the checks after it are the same; ``FENCEDLAKE_FULL=1`` runs 45 s (more processes and
+#: kills, a longer WAL for gc). ``FENCEDLAKE_GC_STRESS_SECONDS`` sets it in either profile.
+SECONDS = float(os.environ.get("FENCEDLAKE_GC_STRESS_SECONDS", "45" if FULL else "25"))
 ROWS = 5
 KILL_POINTS = [
     "executor.after-file-written",
