@@ -375,7 +375,8 @@ def _upserted(spark: Any, rows: int, reps: int, workdir: str | None, log: Callab
                 )
     note = (
         f"Upserted table: {rows:,} keys in 10 files, {upserts} upserts of {keys:,} random keys (position deletes, "
-        "not compacted), then compacted; read_table drops the deleted (data file, row index) pairs natively (a bitmap filter; an anti-join on larger states); "
+        "not compacted), then compacted; read_table drops the deleted (data file, row index) pairs natively "
+        "(a bitmap filter; an anti-join on larger states); "
         "native reads the same data files and ignores the deletes (more rows, the same bytes)."
     )
     return {"rows": out, "note": note, "data": data}
