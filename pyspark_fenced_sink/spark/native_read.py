@@ -6,9 +6,11 @@ Iceberg field id (``spark.sql.parquet.fieldId.read.enabled``), so columns match 
 id. Position delete files are applied natively too, by a bitmap of the deleted (data file,
 row index) pairs or an anti-join on them (``spark.native_deletes``). Object stores go native under ``"auto"`` when
 the session's Hadoop configuration serves the scheme (:func:`scheme_obstacle`).
+A top-level ``uuid`` column is read as its 16 bytes and formatted natively as the canonical
+string the data source gives (Spark's reader cannot infer the type but reads it as ``binary``).
 Wherever the rows could differ it falls back to the data source and logs why
 (``native=True`` raises the reason instead): equality deletes are refused by the
-planner; a name mapping (files without field ids), ``uuid``/``time``/v3 columns and
+planner; a name mapping (files without field ids), nested ``uuid`` fields, ``time``/v3 columns and
 column defaults stay with the data source (Spark's Parquet reader reads them otherwise
 and has no default for a missing column); also delete files that are not Parquet
 position deletes, a ``_metadata`` column, glob characters, the field-id conf off, a
@@ -62,9 +64,12 @@ class NativeReadPlan:
         native: True: Spark's Parquet reader over ``files``; False: the fencedlake data source.
         reason: Why the data source is used (empty when native).
         files: The planned data files' paths (empty for a data source read).
-        schema: The Spark schema of the rows, with field ids in its metadata when native.
+        schema: The Spark schema the files are read with, with field ids in its metadata when native (top-level
+            ``uuid`` columns as ``binary``: see ``uuid_columns``).
         dirty: The planned data files that have position deletes, with their delete files.
         io: The table's FileIO (reads the delete files on the driver).
+        uuid_columns: Top-level ``uuid`` columns: ``schema`` reads them as ``binary``; :func:`read_table` formats
+            them as the data source's strings.
     """
 
     table: str
@@ -75,15 +80,19 @@ class NativeReadPlan:
     schema: Any
     dirty: tuple[DirtyFile, ...] = ()
     io: Any = None
+    uuid_columns: tuple[str, ...] = ()
 
 
 def _type_obstacle(schema: Any) -> str:
     """Why some column of ``schema`` would not read the same through Spark's Parquet reader ("" if none)."""
     from pyiceberg.types import TimeType, UUIDType
 
+    top_level = {f.field_id for f in schema.fields}
     for field_id in schema.field_ids:
         field = schema.find_field(field_id)
         name = schema.find_column_name(field_id)
+        if isinstance(field.field_type, UUIDType) and field_id in top_level:
+            continue  # read as binary and formatted (uuid_columns)
         if isinstance(field.field_type, (UUIDType, TimeType)) or type(field.field_type).__name__ == "UnknownType":
             return f"column {name!r} has type {field.field_type}, which Spark's Parquet reader reads differently"
         if getattr(field, "initial_default", None) is not None:
@@ -195,6 +204,7 @@ def plan_native_read(spark: Any, table: str, *, native: bool | str = "auto", **o
         ReadRefusedError: the table cannot be read at all (equality deletes, a type Spark cannot hold).
     """
     from pyiceberg.expressions import AlwaysTrue
+    from pyiceberg.types import UUIDType
 
     from pyspark_fenced_sink.iceberg.planning.scan import (
         ReadPoint,
@@ -232,8 +242,35 @@ def plan_native_read(spark: Any, table: str, *, native: bool | str = "auto", **o
         raise InvalidOptionsError(f"read_table({opts.table}, native=True): cannot read natively: {reason}")
     if reason:
         return NativeReadPlan(opts.table, point.label, False, reason, (), schema)
-    ids = _with_field_ids(schema, point.schema.as_struct())
-    return NativeReadPlan(opts.table, point.label, True, "", paths, ids, dirty_files(tasks), iceberg.io)
+    uuids = tuple(f.name for f in point.schema.fields if isinstance(f.field_type, UUIDType))
+    ids = _with_field_ids(_uuids_as_binary(schema, uuids), point.schema.as_struct())
+    return NativeReadPlan(opts.table, point.label, True, "", paths, ids, dirty_files(tasks), iceberg.io, uuids)
+
+
+def _uuids_as_binary(schema: Any, uuids: Sequence[str]) -> Any:
+    """``schema`` with the top-level ``uuids`` columns read as ``binary`` (Spark's reader gives their 16 bytes)."""
+    from pyspark.sql import types as st
+
+    return st.StructType(
+        [
+            st.StructField(f.name, st.BinaryType(), f.nullable, f.metadata) if f.name in uuids else f
+            for f in schema.fields
+        ]
+    )
+
+
+def _uuid_strings(df: Any, uuids: Sequence[str]) -> Any:
+    """``df`` with each ``uuids`` binary column as the canonical lower-case 8-4-4-4-12 string (null stays null)."""
+    if not uuids:
+        return df
+    from pyspark.sql import functions as F  # noqa: N812
+
+    def formatted(name: str) -> Any:
+        digits = F.lower(F.hex(F.col(f"`{name}`")))
+        parts = [F.substring(digits, start, length) for start, length in ((1, 8), (9, 4), (13, 4), (17, 4), (21, 12))]
+        return F.concat(*[p for part in parts for p in (part, F.lit("-"))][:-1]).alias(name)
+
+    return df.select(*[formatted(c) if c in uuids else F.col(f"`{c}`") for c in df.columns])
 
 
 def _table_obstacle(iceberg: Any, schema: Any) -> str:
@@ -277,13 +314,13 @@ def read_table(spark: Any, table: str, *, native: bool | str = "auto", **options
             len(plan.dirty),
         )
         if not plan.files:
-            return spark.createDataFrame([], plan.schema)
+            return _uuid_strings(spark.createDataFrame([], plan.schema), plan.uuid_columns)
         # recursiveFileLookup: no partition columns inferred from Iceberg's directory names.
         reader = spark.read.schema(plan.schema).option("recursiveFileLookup", "true")
         if not plan.dirty:
-            return reader.parquet(*plan.files)
+            return _uuid_strings(reader.parquet(*plan.files), plan.uuid_columns)
         try:
-            return apply_deletes(spark, plan.io, reader, plan.files, plan.dirty)
+            return _uuid_strings(apply_deletes(spark, plan.io, reader, plan.files, plan.dirty), plan.uuid_columns)
         except NameMismatch as e:
             if native is True:
                 with marked_errors():

@@ -22,7 +22,7 @@ from urllib.parse import unquote
 import pyarrow as pa
 import pytest
 from pyiceberg.schema import Schema
-from pyiceberg.types import IntegerType, LongType, NestedField, StringType, UUIDType
+from pyiceberg.types import IntegerType, LongType, NestedField, StringType, StructType, UUIDType
 from pyspark.sql import types as T  # noqa: N812 - the usual pyspark idiom
 
 from pyspark_fenced_sink import InvalidOptionsError, read_table
@@ -396,17 +396,47 @@ def test_a_file_spark_names_otherwise_leaves_the_read_to_the_data_source(
         read_table(session, "db.misnamed", warehouse=wh, native=True)
 
 
-def test_types_spark_parquet_reads_differently_use_the_data_source(session: Any, wh: str) -> None:
-    """A uuid column reads as text through the data source; the native reader would not: auto falls back."""
+def test_a_uuid_column_reads_natively_as_the_data_sources_strings(session: Any, wh: str) -> None:
+    """A top-level uuid column: read as its 16 bytes and formatted natively, the data source's strings (nulls too)."""
     schema = Schema(NestedField(1, "id", LongType(), required=True), NestedField(2, "u", UUIDType()))
-    table = embedded_catalog(wh).create_table("db.uuids", schema=schema)
-    value = uuid.UUID(int=12345)
+    catalog = embedded_catalog(wh)
+    catalog.create_namespace_if_not_exists("db")
+    table = catalog.create_table("db.uuids", schema=schema)
+    values = [uuid.UUID(int=12345), uuid.UUID("f0e1d2c3-b4a5-9687-7869-5a4b3c2d1e0f"), None]
     arrow = table.schema().as_arrow()
-    data = pa.table({"id": [1], "u": [value.bytes]}, schema=arrow.set(1, pa.field("u", pa.binary(16))))
+    data = pa.table(
+        {"id": [1, 2, 3], "u": [v.bytes if v else None for v in values]},
+        schema=arrow.set(1, pa.field("u", pa.binary(16))),
+    )
     table.append(data.cast(arrow))
     plan = plan_native_read(session, "db.uuids", warehouse=wh)
-    assert not plan.native and "'u'" in plan.reason
-    assert [r.u for r in read_table(session, "db.uuids", warehouse=wh).collect()] == [str(value)]
+    assert plan.native and plan.uuid_columns == ("u",), plan.reason
+    df = read_table(session, "db.uuids", warehouse=wh)
+    _assert_native(df, plan.files)
+    source = _source(session, wh, "db.uuids")
+    assert df.schema.simpleString() == source.schema.simpleString() == "struct<id:bigint,u:string>"
+    assert (
+        _sorted(df)
+        == _sorted(source)
+        == [{"id": i + 1, "u": None if v is None else str(v)} for i, v in enumerate(values)]
+    )
+
+
+def test_types_spark_parquet_reads_differently_use_the_data_source(session: Any, wh: str) -> None:
+    """A uuid inside a struct reads as text through the data source; the native reader would not: auto falls back."""
+    inner = StructType(NestedField(3, "u", UUIDType()))
+    schema = Schema(NestedField(1, "id", LongType(), required=True), NestedField(2, "s", inner))
+    catalog = embedded_catalog(wh)
+    catalog.create_namespace_if_not_exists("db")
+    table = catalog.create_table("db.nested_uuids", schema=schema)
+    value = uuid.UUID(int=12345)
+    arrow = table.schema().as_arrow()
+    raw = pa.struct([pa.field("u", pa.binary(16))])
+    data = pa.table({"id": [1], "s": pa.array([{"u": value.bytes}], raw)})
+    table.append(data.cast(arrow))
+    plan = plan_native_read(session, "db.nested_uuids", warehouse=wh)
+    assert not plan.native and "'s.u'" in plan.reason
+    assert [r.s.u for r in read_table(session, "db.nested_uuids", warehouse=wh).collect()] == [str(value)]
 
 
 def test_a_session_that_turned_field_ids_off_gets_the_data_source(spark: Any, wh: str) -> None:
