@@ -27,7 +27,7 @@ from pyspark.sql import types as T  # noqa: N812 - the usual pyspark idiom
 
 from pyspark_fenced_sink import InvalidOptionsError, read_table
 from pyspark_fenced_sink.iceberg.catalogs import embedded_catalog
-from pyspark_fenced_sink.spark import native_deletes
+from pyspark_fenced_sink.spark import delete_bitmap, native_deletes
 from pyspark_fenced_sink.spark.native_deletes import listed_name, spark_file_name
 from pyspark_fenced_sink.spark.native_read import FIELD_ID_READ, plan_native_read
 from tests.read.rowdelta import commit_deletes, position_delete_file
@@ -238,7 +238,7 @@ def test_position_deletes_are_applied_natively_per_planned_data_file(
     monkeypatch.setattr(native_deletes, "COLLECT_LIMIT", collect_limit)
     monkeypatch.setattr(native_deletes, "BITMAP_ROWS", bitmap_rows)
     if not unsafe_literal:
-        monkeypatch.setattr(native_deletes, "_long_array", lambda spark, values: None)
+        monkeypatch.setattr(delete_bitmap, "_long_array", lambda spark, values: None)
     table_name = f"db.deleted_{path.replace('-', '_')}"
     schema = T.StructType([T.StructField("id", T.LongType(), False), T.StructField("s", T.StringType())])
     for lo in (0, 10, 20):
@@ -290,8 +290,8 @@ def test_the_bitmap_finds_every_file_by_probing_past_its_home_slot(
     session: Any, wh: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Four files in one home slot (a table of one slot and its spill slots): each row finds its file by probing."""
-    table, kept = _dirty_table(session, wh, "db.probed", native_deletes._PROBES)
-    monkeypatch.setattr(native_deletes, "_slots", lambda hashes: list(range(len(hashes))))
+    table, kept = _dirty_table(session, wh, "db.probed", delete_bitmap._PROBES)
+    monkeypatch.setattr(delete_bitmap, "_slots", lambda hashes: list(range(len(hashes))))
     df = read_table(session, "db.probed", warehouse=wh, native=True)
     assert "BroadcastHashJoin" not in df._jdf.queryExecution().executedPlan().toString()
     assert _ids(df) == sorted(r["id"] for r in table.scan().to_arrow().to_pylist())
@@ -302,13 +302,13 @@ def test_names_the_slots_cannot_hold_or_a_hash_spark_disagrees_with_are_anti_joi
     session: Any, wh: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """More names sharing a hash than probes, or a driver hash that is not Spark's: the anti-join, exact rows."""
-    assert native_deletes._slots([7] * (native_deletes._PROBES + 1)) is None
-    table, kept = _dirty_table(session, wh, "db.collide", native_deletes._PROBES + 2)
+    assert delete_bitmap._slots([7] * (delete_bitmap._PROBES + 1)) is None
+    table, kept = _dirty_table(session, wh, "db.collide", delete_bitmap._PROBES + 2)
     expected = sorted(r["id"] for r in table.scan().to_arrow().to_pylist())
-    real = native_deletes.spark_hash
+    real = delete_bitmap.spark_hash
     for wrong in (lambda name: 7, lambda name: real(name) ^ 1):
-        monkeypatch.setattr(native_deletes, "spark_hash", wrong)
-        monkeypatch.setattr(native_deletes, "_HASH_AGREES", {})
+        monkeypatch.setattr(delete_bitmap, "spark_hash", wrong)
+        monkeypatch.setattr(delete_bitmap, "_HASH_AGREES", {})
         df = read_table(session, "db.collide", warehouse=wh, native=True)
         assert "BroadcastHashJoin" in df._jdf.queryExecution().executedPlan().toString()
         assert _ids(df) == expected and len(expected) == kept
@@ -330,7 +330,7 @@ def test_spark_hash_is_sparks_own_hash_of_a_file_name(session: Any) -> None:
         "x" * 101,
     ]
     rows = session.createDataFrame([(n,) for n in names], "n string").select("n", F.hash("n").alias("h")).collect()
-    assert [(r.n, native_deletes.spark_hash(r.n)) for r in rows] == [(r.n, r.h) for r in rows]
+    assert [(r.n, delete_bitmap.spark_hash(r.n)) for r in rows] == [(r.n, r.h) for r in rows]
 
 
 def test_a_file_holding_more_rows_than_its_manifest_records_fails_the_read(
