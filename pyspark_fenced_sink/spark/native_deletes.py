@@ -39,6 +39,7 @@ __all__ = [
     "DirtyFile",
     "NameMismatch",
     "apply_deletes",
+    "column",
     "delete_obstacle",
     "listed_name",
     "spark_file_name",
@@ -244,7 +245,8 @@ def apply_deletes(spark: Any, io: Any, reader: Any, files: Sequence[str], dirty:
     )
 
 
-def _column(name: str) -> Any:
+def column(name: str) -> Any:
+    """The Column named ``name`` (quoted: a dot or backtick in a name is part of it)."""
     from pyspark.sql import functions as F  # noqa: N812
 
     return F.col("`" + name.replace("`", "``") + "`")
@@ -260,7 +262,7 @@ def _anti_joined(spark: Any, reader: Any, files: Sequence[str], dirty: Sequence[
     paths = [f.path for f in dirty]
     scan = reader.parquet(*paths)
     _check_names(scan, paths)
-    columns = [_column(name) for name in scan.columns]
+    columns = [column(name) for name in scan.columns]
     numbers = _values(spark, [(spark_file_name(p), n) for n, p in enumerate(paths)], (_FILE, _NUMBER))
     rows = scan.select(*columns, F.col("_metadata.file_path").alias(_FILE), F.col("_metadata.row_index").alias(_ROW))
     rows = rows.join(F.broadcast(numbers), _FILE)

@@ -33,6 +33,7 @@ from pyspark_fenced_sink.spark.native_deletes import (
     DirtyFile,
     NameMismatch,
     apply_deletes,
+    column,
     delete_obstacle,
     dirty_files,
 )
@@ -266,11 +267,11 @@ def _uuid_strings(df: Any, uuids: Sequence[str]) -> Any:
     from pyspark.sql import functions as F  # noqa: N812
 
     def formatted(name: str) -> Any:
-        digits = F.lower(F.hex(F.col(f"`{name}`")))
+        digits = F.lower(F.hex(column(name)))
         parts = [F.substring(digits, start, length) for start, length in ((1, 8), (9, 4), (13, 4), (17, 4), (21, 12))]
         return F.concat(*[p for part in parts for p in (part, F.lit("-"))][:-1]).alias(name)
 
-    return df.select(*[formatted(c) if c in uuids else F.col(f"`{c}`") for c in df.columns])
+    return df.select(*[formatted(c) if c in uuids else column(c) for c in df.columns])
 
 
 def _table_obstacle(iceberg: Any, schema: Any) -> str:
