@@ -183,13 +183,19 @@ def bitmap_filter(
     if separator is None or table is None or laid_out is None or not _hash_agrees(spark):
         return None
     bases, words = laid_out
-    bitmap = _long_array(spark, words)
-    if bitmap is None:
+    arrays = [
+        _long_array(spark, values)
+        for values in (
+            words,
+            np.array([-1 if i is None else bases[i] for i in table], np.int64),
+            np.array([-1 if i is None else record_counts[i] for i in table], np.int64),
+        )
+    ]
+    if any(a is None for a in arrays):
         return None
+    bitmap, slot_bases, slot_rows = arrays
     size = len(table) - (_PROBES - 1)
     slot_names = F.split(F.lit(separator.join("" if i is None else names[i] for i in table)), F.lit(separator))
-    slot_bases = _long_array(spark, np.array([-1 if i is None else bases[i] for i in table], np.int64))
-    slot_rows = _long_array(spark, np.array([-1 if i is None else record_counts[i] for i in table], np.int64))
     path, row = F.col("_metadata.file_path"), F.col("_metadata.row_index")
     home = F.pmod(F.hash(path), F.lit(size))
     found = F.when(F.get(slot_names, home) == path, home)  # the slot holding this row's file; null: a clean file
