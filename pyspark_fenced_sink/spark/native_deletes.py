@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pyspark_fenced_sink.spark.delete_bitmap import bitmap_filter
+from pyspark_fenced_sink.spark.delete_positions import collected_positions
 
 __all__ = [
     "BITMAP_ROWS",
@@ -156,34 +157,8 @@ def _values(spark: Any, rows: Sequence[tuple[str | int, int]], names: tuple[str,
     return spark.sql(f"SELECT * FROM VALUES {body} AS t(`{names[0]}`, `{names[1]}`)")
 
 
-def _collected_positions(io: Any, dirty: Sequence[DirtyFile]) -> list[Any]:
-    """Each dirty file's deleted row positions, read on the driver: one int64 numpy array per file of ``dirty``."""
-    import numpy as np
-    import pyarrow.compute as pc
-    import pyarrow.parquet as pq
-
-    paths = sorted({p for f in dirty for p in f.delete_files})
-
-    def read(path: str) -> Any:
-        with io.new_input(path).open() as stream:
-            return pq.read_table(stream, columns=["file_path", "pos"])
-
-    with ThreadPoolExecutor(max_workers=max(1, min(8, len(paths)))) as pool:
-        tables = dict(zip(paths, pool.map(read, paths), strict=True))
-    positions: list[Any] = []
-    for data_file in dirty:
-        mine = [
-            np.asarray(
-                t.filter(pc.equal(t.column("file_path"), data_file.path)).column("pos").combine_chunks(), np.int64
-            )
-            for t in (tables[p] for p in data_file.delete_files)
-        ]
-        positions.append(np.concatenate(mine) if mine else np.empty(0, np.int64))
-    return positions
-
-
 def _collected_keys(positions: Sequence[Any]) -> Any:
-    """The deleted keys (file number * 2**32 + position) of :func:`_collected_positions`: one int64 Arrow array."""
+    """The deleted keys (file number * 2**32 + position) of ``collected_positions``: one int64 Arrow array."""
     import numpy as np
     import pyarrow as pa
 
@@ -230,7 +205,7 @@ def apply_deletes(spark: Any, io: Any, reader: Any, files: Sequence[str], dirty:
     collected = delete_rows <= COLLECT_LIMIT
     if collected and sum(f.record_count for f in dirty) <= BITMAP_ROWS:
         with ThreadPoolExecutor(max_workers=1) as pool:
-            reading = pool.submit(_collected_positions, io, dirty)  # while Spark lists the files
+            reading = pool.submit(collected_positions, io, dirty)  # while Spark lists the files
             scan = reader.parquet(*files)
             positions = reading.result()
         _check_names(scan, files)
@@ -241,7 +216,7 @@ def apply_deletes(spark: Any, io: Any, reader: Any, files: Sequence[str], dirty:
             return kept
         return _anti_joined(spark, reader, files, dirty, _collected_keys(positions))
     return _anti_joined(
-        spark, reader, files, dirty, _collected_keys(_collected_positions(io, dirty)) if collected else None
+        spark, reader, files, dirty, _collected_keys(collected_positions(io, dirty)) if collected else None
     )
 
 

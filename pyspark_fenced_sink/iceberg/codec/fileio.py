@@ -59,6 +59,10 @@ class LeanFileIO(PyArrowFileIO):
             io = self._others.setdefault(scheme, load_file_io(plain, location))
         return io
 
+    def hands_on(self, location: str) -> bool:
+        """Whether ``location`` goes to another FileIO (pyiceberg's preferred one for its scheme), not pyarrow's."""
+        return self._other(location) is not None
+
     def new_input(self, location: str) -> Any:
         """A file to read at ``location``."""
         other = self._other(location)
