@@ -8,7 +8,8 @@ Reading: where the table's FileIO is pyarrow's (``PyArrowFileIO``, the sink's ``
 scheme it does not hand on) and every delete file lives on one filesystem, all of them are read as one
 pyarrow dataset (Arrow's own threads, one call; ``__filename`` names each row's delete file); otherwise
 each file through the FileIO, eight at a time. Either way the rows are then assigned to their data files
-in one vectorized pass (a scope matrix of data file x delete file), not one filter per pair.
+in one vectorized pass (each row's (data file, delete file) pair looked up among the planner's), not one
+filter per pair.
 """
 
 from __future__ import annotations
@@ -86,19 +87,20 @@ def _read(io: Any, paths: Sequence[str]) -> tuple[Any, Any]:
 def _scope(dirty: Sequence[Scoped], paths: Mapping[str, int], data_codes: Mapping[str, int]) -> tuple[Any, Any]:
     """The planner's scope as arrays: (allowed, owner).
 
-    ``allowed[data code, delete file index]``: the planner applies that delete file to that data file;
+    ``allowed``: the sorted pairs (data code * len(paths) + delete file index) of each data file and a delete
+    file the planner applies to it (pairs, not a matrix: a table may name many files in many delete files);
     ``owner[data code]``: the dirty file number of that name, -1 for a name no dirty file has.
     """
     import numpy as np
 
-    allowed = np.zeros((len(data_codes), len(paths)), bool)
     owner = np.full(len(data_codes), -1, np.int64)
+    pairs: list[int] = []
     for number, data_file in enumerate(dirty):
         code = data_codes.get(data_file.path)
         if code is not None:
             owner[code] = number
-            allowed[code, [paths[p] for p in data_file.delete_files]] = True
-    return allowed, owner
+            pairs.extend(code * len(paths) + paths[p] for p in data_file.delete_files)
+    return np.unique(np.array(pairs, np.int64)), owner
 
 
 def collected_positions(io: Any, dirty: Sequence[Scoped]) -> list[Any]:
@@ -111,9 +113,7 @@ def collected_positions(io: Any, dirty: Sequence[Scoped]) -> list[Any]:
     codes = np.asarray(names.indices.fill_null(-1), np.int64)
     data_codes = {name: i for i, name in enumerate(names.dictionary.to_pylist())}
     allowed, owner = _scope(dirty, {p: i for i, p in enumerate(paths)}, data_codes)
-    named = codes >= 0
-    keep = np.zeros(len(codes), bool)
-    keep[named] = allowed[codes[named], delete_index[named]]
+    keep = (codes >= 0) & np.isin(codes * len(paths) + delete_index, allowed)
     numbers = owner[codes[keep]]
     positions = np.asarray(table.column("pos").combine_chunks().fill_null(-1), np.int64)[keep]
     order = np.argsort(numbers, kind="stable")
