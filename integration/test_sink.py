@@ -326,3 +326,52 @@ def test_spark_write_to_abfs_lands_exactly_once_and_reads_back(
     from integration.scenarios_support import violations
 
     assert violations(options) == []
+
+
+# ---------------------------------------------------------------------------------------------- catalog connections
+
+
+def _backend_pids(engine: Any) -> set[int]:
+    """The PostgreSQL backends of ``engine``'s pooled connections (checked out one by one)."""
+    with engine.connect() as connection:
+        return {connection.exec_driver_sql("SELECT pg_backend_pid()").scalar()}
+
+
+def test_postgres_connections_are_pinged_only_after_idle_and_a_killed_one_costs_no_write(
+    sink_options: dict[str, str], pg_uri: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A load right after another costs one statement and no ping; PostgreSQL terminating the pooled
+    connection (a restart, an admin, a proxy) between two writes is invisible to the next write."""
+    import psycopg2
+
+    first = _write(sink_options, rows("a", 0, 10))
+    assert first.outcome is Outcome.APPLIED
+    catalog = _catalog(sink_options)
+    assert catalog.ping_after_idle_s is not None and not catalog.engine.pool._pre_ping
+    catalog.engine.dispose()  # from here on the pool holds the one connection the loads below make
+    pings: list[Any] = []
+    real_ping = catalog.engine.dialect.do_ping
+    monkeypatch.setattr(catalog.engine.dialect, "do_ping", lambda c: pings.append(c) or real_ping(c))
+    catalog.load_table(sink_options["table"])
+    catalog.load_table(sink_options["table"])
+    assert pings == [], "a connection used moments ago is not pinged"
+
+    victims = _backend_pids(catalog.engine)
+    admin = psycopg2.connect(pg_uri.replace("postgresql+psycopg2://", "postgresql://"))
+    try:
+        admin.autocommit = True
+        with admin.cursor() as cursor:
+            for pid in victims:
+                cursor.execute("SELECT pg_terminate_backend(%s)", (pid,))
+                assert cursor.fetchone() == (True,)
+    finally:
+        admin.close()
+    disconnects: list[bool] = []
+    from sqlalchemy import event
+
+    event.listen(catalog.engine, "handle_error", lambda context: disconnects.append(context.is_disconnect))
+    second = _write(sink_options, rows("b", 10, 10))
+    assert second.outcome is Outcome.APPLIED
+    assert disconnects == [True], "the write's first statement met the terminated connection, once"
+    assert _backend_pids(catalog.engine).isdisjoint(victims)
+    assert _ids(sink_options) == list(range(20))

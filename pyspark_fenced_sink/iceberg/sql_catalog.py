@@ -10,11 +10,21 @@ rows and semantics with less of that:
 
 * **PostgreSQL connections are autocommit connections** (set when each is
   made): every statement is its own transaction, so no ``BEGIN`` before it and
-  no ``COMMIT``/``ROLLBACK`` after it cross the network, and the pool's ping
-  (``pool_pre_ping``, on for PostgreSQL: a connection that died in an outage is
-  not handed out) is one ``SELECT 1``. A load reads one row with one statement,
-  as consistent as inside a transaction; the commit's compare-and-swap is one
-  ``UPDATE``. What pyiceberg does in several statements (a namespace's
+  no ``COMMIT``/``ROLLBACK`` after it cross the network. A load reads one row
+  with one statement, as consistent as inside a transaction; the commit's
+  compare-and-swap is one ``UPDATE``.
+* **A pooled connection is pinged only after sitting idle** (:func:`ping_after_idle`,
+  installed by ``iceberg.timeouts`` unless the catalog sets ``pool_pre_ping``):
+  one ``SELECT 1`` before handing out a connection that was last returned
+  :data:`PING_AFTER_IDLE_S` or more ago (a connection that died in an outage is
+  not handed out), none for one used moments before -- the commit's ``UPDATE``
+  right after its load, a commit loop's next load. SQLAlchemy's
+  ``pool_pre_ping`` pings before every statement: a round trip each, 100 ms
+  apiece at cloud latency, inside the serialized commit. A connection that died
+  within the window fails its next statement as a disconnect: a load then runs
+  once more on a fresh connection (:meth:`LeanSqlCatalog.load_table`; a read,
+  safe to repeat); a commit's ``UPDATE`` is not repeated (the commit loop
+  resolves its outcome, PROTOCOL.md §4). What pyiceberg does in several statements (a namespace's
   properties) is no longer atomic on PostgreSQL; the sink creates namespaces
   with no properties (one row). SQLite (the embedded catalog) is unchanged:
   its transactions cost no network.
@@ -33,14 +43,15 @@ rows and semantics with less of that:
   conflict the commit loop re-plans), never a silent rebase onto the newer
   version. Other commits (schema merges, table creation) keep pyiceberg's path.
 
-On PostgreSQL a load is then two round trips (ping, ``SELECT``) and the
-protocol's commit two (ping, ``UPDATE``), down from four and eight.
+On PostgreSQL a load is then one round trip (``SELECT``; a ping first after an
+idle spell) and the protocol's commit one (``UPDATE``), down from four and eight.
 """
 
 from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -54,9 +65,15 @@ from pyiceberg.table import CommitTableResponse, StagedTable, Table
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.typedef import Identifier
 from sqlalchemy import event, select, update
+from sqlalchemy.engine import Engine
+from sqlalchemy.exc import DBAPIError, InvalidatePoolError
 from sqlalchemy.orm import Session
 
-__all__ = ["LeanSqlCatalog", "compare_against"]
+__all__ = ["PING_AFTER_IDLE_S", "LeanSqlCatalog", "compare_against", "ping_after_idle"]
+
+#: A pooled connection returned this many seconds ago or more is pinged before it is handed out again.
+PING_AFTER_IDLE_S = 5.0
+_RETURNED_AT = "fencedlake.returned_at"
 
 #: Parsed metadata files kept per process (a file is immutable: its location is the key).
 _METADATA_ENTRIES = 32
@@ -84,8 +101,38 @@ def _autocommit(dbapi_connection: Any, _record: Any) -> None:
     dbapi_connection.autocommit = True
 
 
+def ping_after_idle(engine: Engine, idle_s: float = PING_AFTER_IDLE_S) -> None:
+    """Ping a connection of ``engine``'s pool before use only if it was returned ``idle_s`` or more ago.
+
+    A fresh connection is not pinged (it was just made), nor one returned moments ago. A ping
+    that fails throws the whole pool away (the connections that died with this one in an
+    outage) and hands out a new connection, as ``pool_pre_ping`` does; the engine must not
+    also have ``pool_pre_ping`` on (that pings every time).
+    """
+
+    def returned(_dbapi_connection: Any, record: Any) -> None:
+        record.info[_RETURNED_AT] = time.monotonic()
+
+    def checkout(dbapi_connection: Any, record: Any, _proxy: Any) -> None:
+        since = record.info.get(_RETURNED_AT)
+        if since is None or time.monotonic() - since < idle_s:
+            return
+        try:
+            engine.dialect.do_ping(dbapi_connection)
+        except Exception as e:
+            if isinstance(e, engine.dialect.loaded_dbapi.Error):
+                raise InvalidatePoolError(f"ping after {time.monotonic() - since:.1f} s idle failed: {e}") from e
+            raise
+
+    event.listen(engine, "checkin", returned)
+    event.listen(engine, "checkout", checkout)
+
+
 class LeanSqlCatalog(SqlCatalog):
     """A ``SqlCatalog`` whose loads and protocol commits take fewer round trips (see the module docstring)."""
+
+    #: Set before ``__init__`` (``iceberg.timeouts``): install :func:`ping_after_idle` on the engine with this window.
+    ping_after_idle_s: float | None = None
 
     def __init__(self, name: str, **properties: str) -> None:
         super().__init__(name, **properties)
@@ -96,6 +143,8 @@ class LeanSqlCatalog(SqlCatalog):
         """pyiceberg's, after making every PostgreSQL connection of the pool an autocommit one (first thing)."""
         if self.engine.dialect.driver == "psycopg2":
             event.listen(self.engine, "connect", _autocommit)
+        if self.ping_after_idle_s is not None:
+            ping_after_idle(self.engine, self.ping_after_idle_s)
         super()._init_catalog()
 
     def load_table(self, identifier: str | Identifier) -> Table:
@@ -109,8 +158,7 @@ class LeanSqlCatalog(SqlCatalog):
         )
         if (type_filter := self._iceberg_type_filter()) is not None:
             stmt = stmt.where(type_filter)
-        with Session(self.engine) as session:
-            location = session.scalar(stmt)
+        location = self._scalar(stmt)
         if not location:
             raise NoSuchTableError(f"Table does not exist: {namespace}.{table_name}")
         io = self._io({}, location)
@@ -122,6 +170,17 @@ class LeanSqlCatalog(SqlCatalog):
             io=self._io(metadata.properties, location),
             catalog=self,
         )
+
+    def _scalar(self, stmt: Any) -> Any:
+        """One read statement's value; run once more on a fresh connection if the first met a dead one."""
+        try:
+            with Session(self.engine) as session:
+                return session.scalar(stmt)
+        except DBAPIError as e:
+            if not e.connection_invalidated:
+                raise
+        with Session(self.engine) as session:  # the pool was invalidated with it: a new connection
+            return session.scalar(stmt)
 
     def commit_table(
         self, table: Table, requirements: tuple[Any, ...], updates: tuple[Any, ...]

@@ -11,16 +11,18 @@ builds REST and SQL catalogs through the subclasses here:
   ``request-timeout`` seconds (a catalog property; default
   :data:`REQUEST_TIMEOUT_DEFAULT_S`). A timed-out commit is an unknown outcome (§4).
 * :func:`bounded_sql_catalog` (an ``iceberg.sql_catalog.LeanSqlCatalog``) on
-  PostgreSQL -- ``pool_pre_ping`` on (a pool of
-  connections that died in an outage or a partition is not handed out again),
+  PostgreSQL -- a pooled connection idle for a few seconds is pinged before use
+  (``sql_catalog.ping_after_idle``: a pool of connections that died in an outage
+  or a partition is not handed out again; one used moments ago costs no ping),
   libpq's ``connect_timeout`` and TCP keepalives in the URI unless it sets them,
   and a psycopg2 wait callback that gives up on a statement whose answer has not
   come within ``request-timeout`` (the connection is then discarded). The
   callback is process-wide (psycopg2 has one) and installed only when none is:
   it puts psycopg2 in its "green" mode, where ``COPY`` is not available.
 
-What the user configures wins: a URI parameter or ``pool_pre_ping`` already set
-is kept. Other catalog types are loaded by pyiceberg unchanged.
+What the user configures wins: a URI parameter is kept, and a ``pool_pre_ping``
+property replaces the idle ping (``true``: SQLAlchemy's ping before every use;
+``false``: none). Other catalog types are loaded by pyiceberg unchanged.
 """
 
 from __future__ import annotations
@@ -98,12 +100,14 @@ def _rest_catalog_class() -> type:
 
 
 def _sql_catalog_class() -> type:
-    from pyspark_fenced_sink.iceberg.sql_catalog import LeanSqlCatalog
+    from pyspark_fenced_sink.iceberg.sql_catalog import PING_AFTER_IDLE_S, LeanSqlCatalog
 
     class _Bounded(LeanSqlCatalog):
         def __init__(self, name: str, **properties: str) -> None:
             props = dict(properties)
-            props.setdefault("pool_pre_ping", "true")
+            if "pool_pre_ping" not in props:  # the user's choice wins; else a ping after an idle spell only
+                props["pool_pre_ping"] = "false"
+                self.ping_after_idle_s = PING_AFTER_IDLE_S
             uri = str(props.get("uri") or "")
             if uri.startswith(("postgresql", "postgres")) and _psycopg2_driver(uri):
                 props["uri"] = _with_libpq_defaults(uri)

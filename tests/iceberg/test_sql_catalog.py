@@ -7,19 +7,22 @@ class serves PostgreSQL (integration/ runs it there). The sink's FileIO
 
 from __future__ import annotations
 
+import sqlite3
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
 from pyiceberg.exceptions import CommitFailedException
-from sqlalchemy import event
+from pyiceberg.io.pyarrow import PyArrowFile
+from sqlalchemy import create_engine, event
 
 from pyspark_fenced_sink.iceberg import sql_catalog
 from pyspark_fenced_sink.iceberg.catalogs import embedded_catalog, load_catalog
 from pyspark_fenced_sink.iceberg.codec.fileio import LeanFileIO
-from pyspark_fenced_sink.iceberg.sql_catalog import LeanSqlCatalog, compare_against
+from pyspark_fenced_sink.iceberg.sql_catalog import PING_AFTER_IDLE_S, LeanSqlCatalog, compare_against, ping_after_idle
 from pyspark_fenced_sink.options.catalog import CatalogConfig
 from pyspark_fenced_sink.testing.harness import rows, sink_write, table_ids
 
@@ -144,3 +147,114 @@ def test_lean_file_io_leaves_azure_to_the_file_io_pyiceberg_prefers_for_it() -> 
     azure = io.new_output("abfs://container@devstoreaccount1.dfs.core.windows.net/t/a.parquet")
     assert type(azure).__module__ == "pyiceberg.io.fsspec"
     assert type(io.new_output("file:///tmp/t/a.parquet")).__module__ == "pyspark_fenced_sink.iceberg.codec.fileio"
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+
+def _counting_pings(monkeypatch: pytest.MonkeyPatch, engine: Any, fail: bool = False) -> list[Any]:
+    pinged: list[Any] = []
+
+    def do_ping(dbapi_connection: Any) -> bool:
+        pinged.append(dbapi_connection)
+        if fail:
+            raise sqlite3.OperationalError("the server went away")
+        return True
+
+    monkeypatch.setattr(engine.dialect, "do_ping", do_ping)
+    return pinged
+
+
+def test_a_pooled_connection_is_pinged_only_after_it_sat_idle(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fresh: no ping; returned 3 s ago: no ping; returned PING_AFTER_IDLE_S or more ago: one ping."""
+    clock = _Clock()
+    monkeypatch.setattr(sql_catalog, "time", clock)
+    engine = create_engine(f"sqlite:///{tmp_path / 'c.db'}")
+    ping_after_idle(engine, PING_AFTER_IDLE_S)
+    pinged = _counting_pings(monkeypatch, engine)
+    for step, expected in ((0.0, 0), (3.0, 0), (PING_AFTER_IDLE_S - 0.01, 0), (PING_AFTER_IDLE_S, 1), (0.5, 1)):
+        clock.now += step
+        with engine.connect() as connection:
+            assert connection.exec_driver_sql("SELECT 1").scalar() == 1
+        assert len(pinged) == expected, f"after {step} s idle"
+    engine.dispose()
+
+
+def test_a_failed_idle_ping_hands_out_a_new_connection(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The ping fails (the connection died in an outage): the pool is thrown away, a new connection serves."""
+    clock = _Clock()
+    monkeypatch.setattr(sql_catalog, "time", clock)
+    engine = create_engine(f"sqlite:///{tmp_path / 'c.db'}")
+    ping_after_idle(engine, PING_AFTER_IDLE_S)
+    with engine.connect() as connection:
+        first = connection.connection.dbapi_connection
+    pinged = _counting_pings(monkeypatch, engine, fail=True)
+    clock.now += PING_AFTER_IDLE_S + 1
+    with engine.connect() as connection:
+        assert connection.exec_driver_sql("SELECT 1").scalar() == 1
+        assert connection.connection.dbapi_connection is not first
+    assert pinged == [first], "the idle connection was pinged, the new one was not"
+    engine.dispose()
+
+
+def test_the_sinks_sql_catalog_pings_after_idle_unless_pool_pre_ping_is_set(tmp_path: Path) -> None:
+    """No pool_pre_ping: SQLAlchemy's ping-every-time off, the idle ping on; the user's setting wins."""
+    uri = f"sqlite:///{tmp_path / 'c.db'}"
+    wh = str(tmp_path / "wh")
+    lean = load_catalog(CatalogConfig(name="c1", properties={"type": "sql", "uri": uri, "warehouse": wh}))
+    assert lean.ping_after_idle_s == PING_AFTER_IDLE_S and not lean.engine.pool._pre_ping
+    assert len(lean.engine.pool.dispatch.checkout) == 1, "the idle ping's listener"
+    chosen = load_catalog(
+        CatalogConfig(name="c2", properties={"type": "sql", "uri": uri, "warehouse": wh, "pool_pre_ping": "true"})
+    )
+    assert chosen.ping_after_idle_s is None and chosen.engine.pool._pre_ping
+    assert len(chosen.engine.pool.dispatch.checkout) == 0
+
+
+def test_a_load_that_meets_a_dead_connection_runs_once_more_on_a_new_one(wh: str, statements: Statements) -> None:
+    """The pooled connection died within the idle window (no ping): the load's SELECT fails as a disconnect
+    and runs again on a fresh connection; the caller sees the table."""
+    sink_write(wh, TABLE, rows("a", 0, 10))
+    catalog = embedded_catalog(wh)
+    expected = catalog.load_table(TABLE).metadata_location
+    with catalog.engine.connect() as connection:
+        dead = connection.connection.dbapi_connection
+    dead.close()  # as a server restart would leave it
+    disconnects: list[bool] = []
+    event.listen(catalog.engine, "handle_error", lambda context: disconnects.append(context.is_disconnect))
+    statements.watch(catalog)
+    assert catalog.load_table(TABLE).metadata_location == expected
+    assert disconnects == [True], "the first SELECT met the dead connection"
+    assert statements.seen == Counter({"SELECT": 1}), "its repeat ran on a new connection"
+
+
+def test_lean_file_io_knows_the_length_of_an_avro_file_it_wrote_without_asking_the_store(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A manifest's length is the bytes written (no HEAD on S3); a Parquet file's stream is pyarrow's own."""
+    io = LeanFileIO({})
+    manifest = io.new_output(str(tmp_path / "m0.avro"))
+    with manifest.create() as stream:
+        stream.write(b"x" * 700)
+        stream.write(b"y" * 24)
+    asked: list[str] = []
+    real = PyArrowFile._file_info
+
+    def counted(file: Any) -> Any:
+        asked.append(file.location)
+        return real(file)
+
+    monkeypatch.setattr(PyArrowFile, "_file_info", counted)
+    assert len(manifest) == 724 == (tmp_path / "m0.avro").stat().st_size
+    assert asked == [], "the length came from the bytes written"
+    data = io.new_output(str(tmp_path / "d.parquet"))
+    stream = data.create()
+    assert isinstance(stream, pa.NativeFile), "Parquet writes keep pyarrow's native stream"
+    stream.write(b"abc")
+    stream.close()
+    assert len(data) == 3 and asked == [str(tmp_path / "d.parquet")]

@@ -21,11 +21,48 @@ from pyiceberg.typedef import EMPTY_DICT, Properties
 __all__ = ["LEAN_FILE_IO", "LeanFileIO", "cached_file_io", "io_properties", "with_lean_file_io"]
 
 
+class _Counted:
+    """An Avro output stream that remembers, when closed, how many bytes went into it (``_NewFile.__len__``)."""
+
+    def __init__(self, stream: Any, file: _NewFile) -> None:
+        self._stream = stream
+        self._file = file
+        self._size = 0
+
+    def write(self, data: Any) -> int:
+        self._size += len(data)
+        return self._stream.write(data)  # type: ignore[no-any-return]
+
+    def close(self) -> None:
+        self._stream.close()
+        self._file.written = self._size
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+    def __enter__(self) -> _Counted:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
 class _NewFile(PyArrowFile):
-    """A file about to be written under a name nobody else writes: no existence check first."""
+    """A file about to be written under a name nobody else writes: no existence check first.
+
+    Its length after an Avro file (a manifest, a manifest list) was written through it is the
+    count of bytes written, not a ``HEAD`` request (pyiceberg asks each manifest it writes).
+    Other files (Parquet) get pyarrow's native stream unwrapped and ask the store as before.
+    """
+
+    written: int | None = None
 
     def create(self, overwrite: bool = False) -> Any:
-        return super().create(overwrite=True)
+        stream = super().create(overwrite=True)
+        return _Counted(stream, self) if self.location.endswith(".avro") else stream
+
+    def __len__(self) -> int:
+        return super().__len__() if self.written is None else self.written
 
 
 class LeanFileIO(PyArrowFileIO):
@@ -36,7 +73,8 @@ class LeanFileIO(PyArrowFileIO):
 
     * S3 output streams open lazily (pyarrow's ``allow_delayed_open``): a file smaller than one
       part is a single ``PUT``, not a multipart upload (create, part, complete).
-    * ``create()`` does not first ask whether the file exists (a ``HEAD`` and a ``LIST`` on S3).
+    * ``create()`` does not first ask whether the file exists (a ``HEAD`` and a ``LIST`` on S3),
+      and the length of a manifest it wrote is the bytes it wrote, not a ``HEAD``.
       Every file the sink and pyiceberg write has a name no other write uses (a random nonce or
       UUID in it; PROTOCOL.md §2), and the check was never a guard anyway: a concurrent creator
       could come between it and the write. Put-if-absent, where the protocol needs it, is the
