@@ -285,6 +285,7 @@ def open_table(
     max_group: int | None = None,
     check: bool = True,
     root: str | None = None,
+    keep: bool = True,
 ) -> OpenedTable:
     """Open table ``name`` of ``config``'s catalog: one catalog read (none if ``table`` is given).
 
@@ -296,7 +297,9 @@ def open_table(
     ``check=False`` the table's state is not checked (``repair-state`` opens a
     table whose state is lost or foreign that way); ``root`` then overrides the
     control root (default: the state's own, else the one derived from the
-    current location and UUID).
+    current location and UUID). With ``keep`` (the default) the WAL entries this process decodes
+    are kept for its later reads (``protocol.wal.KeptEntries``); the operator's CLI opens with
+    ``keep=False``: it looks at what the store holds now.
 
     Raises:
         InvalidOptionsError: the catalog cannot be loaded, the table does not exist (and is not to be
@@ -320,7 +323,7 @@ def open_table(
     io = loaded.io
     ctx = CommitContext(
         port=port,
-        wal=Wal(open_store(root, io_properties(loaded))),
+        wal=Wal(open_store(root, io_properties(loaded)), keep=root if keep else None),
         identity=TableIdentity(uuid, root),
         file_exists=lambda path: bool(io.new_input(path).exists()),
     )

@@ -31,7 +31,10 @@ EXIT_BROKEN_PIPE = 141
 
 
 def _open(args: argparse.Namespace, **kwargs: Any) -> Any:
-    """The table the command names, opened with one catalog read (an ``OpenedTable``)."""
+    """The table the command names, opened with one catalog read (an ``OpenedTable``).
+
+    WAL entries are read from the store every time (``keep=False``): an operator looks at what it holds now.
+    """
     from pyspark_fenced_sink.iceberg.catalogs import embedded_catalog_exists, open_table
     from pyspark_fenced_sink.options.catalog import catalog_config
     from pyspark_fenced_sink.options.common import validate_table_name
@@ -49,7 +52,7 @@ def _open(args: argparse.Namespace, **kwargs: Any) -> Any:
             "$FENCEDLAKE_WAREHOUSE (the CLI never creates a catalog), or select a catalog with --catalog / "
             "--catalog-prop"
         )
-    return open_table(config, validate_table_name(args.table), **kwargs)
+    return open_table(config, validate_table_name(args.table), keep=False, **kwargs)
 
 
 def _progress(label: str, done: int, total: int) -> None:

@@ -475,3 +475,63 @@ def test_corrupt_entry_message_names_the_way_out() -> None:
     """The error for a damaged entry says to move it aside and skip its position."""
     with pytest.raises(CorruptControlDataError, match=r"fencedlake skip TABLE 4 --reason"):
         decode_entry(b"{broken", "root/wal/00000000000000000004.json")
+
+
+# ---------------------------------------------------------------------------------------------- kept entries
+
+
+@pytest.fixture
+def kept() -> object:
+    from pyspark_fenced_sink.protocol import wal as wal_module
+
+    wal_module.KEPT.clear()
+    yield wal_module.KEPT
+    wal_module.KEPT.clear()
+
+
+def test_a_process_reads_a_position_once_per_control_root(kept: object) -> None:
+    """Two Wal objects of one control root (two writes of one process): one GET; another root reads its own."""
+    store = CountingStore(MemoryStore())
+    Wal(store).append(_entry("a" * 32), 0)
+    first, second = Wal(store, keep="mem://t/_fencedlake/u1"), Wal(store, keep="mem://t/_fencedlake/u1")
+    assert first.read(0) == second.read(0) == _entry("a" * 32)
+    assert store.counts["GET"] == 1
+    other = Wal(store, keep="mem://t/_fencedlake/u2")  # the table dropped and created again: a new uuid, a new root
+    assert other.read(0) == _entry("a" * 32) and store.counts["GET"] == 2
+    plain = Wal(store)  # no root: read each time (the model and the tests that damage objects)
+    plain.read(0)
+    plain.read(0)
+    assert store.counts["GET"] == 4
+
+
+def test_an_empty_position_and_a_damaged_object_are_never_kept(kept: object) -> None:
+    store = CountingStore(MemoryStore())
+    wal = Wal(store, keep="root")
+    assert wal.read(0) is None
+    Wal(store).append(_entry("b" * 32), 0)
+    assert wal.read(0) == _entry("b" * 32), "an empty position read earlier is read again"
+    store.inner.put_if_absent(wal_key(1), b"{not json")
+    for _ in range(2):
+        with pytest.raises(CorruptControlDataError):
+            wal.read(1)
+    assert store.counts["GET"] == 4
+
+
+def test_the_writer_keeps_the_entry_it_put_so_peers_of_its_process_need_not_read_it(kept: object) -> None:
+    store = CountingStore(MemoryStore())
+    seq = Wal(store, keep="root").append(_entry("c" * 32, floor=None), 0)
+    peer = Wal(store, keep="root")
+    assert peer.read_present([seq]) == {seq: decode_entry(store.inner.get(wal_key(seq)))}
+    assert store.counts["GET"] == 0, "the peer read nothing: the writer kept what it put"
+
+
+def test_kept_entries_stay_within_their_byte_budget(kept: object) -> None:
+    from pyspark_fenced_sink.protocol.wal import KeptEntries
+
+    small = KeptEntries(budget=16 * 200)
+    entry = _entry("d" * 32)
+    for seq in range(40):
+        small.keep("root", seq, entry, 100)
+    assert len(small) == 32 and small.get("root", 0) is None and small.get("root", 39) is entry
+    small.keep("root", 99, entry, 16 * 200)  # larger than a sixteenth of the budget: not kept
+    assert small.get("root", 99) is None and len(small) == 32
