@@ -99,6 +99,9 @@ def _loop(
 ABLATIONS = {
     # Claims take the tail + 1, and after a lost race the next position (no window, no holes).
     "no-spread": ("pyspark_fenced_sink.protocol.wal", "SPREAD_MAX", 1),
+    # A first claim spreads over a quarter / half of the default window (fewer holes, more lost races).
+    "spread-2": ("pyspark_fenced_sink.protocol.wal", "SPREAD_FACTOR", 2.0),
+    "spread-4": ("pyspark_fenced_sink.protocol.wal", "SPREAD_FACTOR", 4.0),
     # Pending entries are read one GET after the other.
     "serial-reads": ("pyspark_fenced_sink.protocol.wal", "READ_THREADS", 1),
     # Every waiting writer commits as soon as it looks (no head, no patience): every writer a committer.
