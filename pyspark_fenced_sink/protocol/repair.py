@@ -44,13 +44,21 @@ def skip_position(ctx: CommitContext, seq: int, reason: str) -> list[CommitRecor
     entry = WalEntry(kind=EntryKind.SKIP, token=new_token(), writer="operator", reason=reason or "no reason given")
     if not ctx.wal.put_skip(seq, entry):
         raise SkipRefused(f"table {ctx.port.name}: a writer put its entry at position {seq} meanwhile")
-    after = ctx.load()
-    # A committer that had read the object before it was lost may have reconciled the position meanwhile: the
-    # skip entry was never needed. Remove it, so the position holds no object the record does not name.
-    if seq < after.state.upper and recorded_token(ctx, after, seq) != entry.token[:TOKEN_CHARS]:
+    # A committer that had read the object before it was lost (or kept it: PROTOCOL.md §3 "Reads") may reconcile
+    # the position before the skip's own commit, with the entry it read: the skip entry was never needed. Checked
+    # before committing and again after (the copy's commit can land between the two): the position then holds
+    # no object the record does not name.
+    _refuse_if_reconciled(ctx, ctx.load(), seq, entry.token)
+    records = recover(ctx)
+    _refuse_if_reconciled(ctx, ctx.load(), seq, entry.token)
+    return records
+
+
+def _refuse_if_reconciled(ctx: CommitContext, view: TableView, seq: int, token: str) -> None:
+    """Remove the skip at ``seq`` and refuse if a commit reconciled ``seq`` with another entry."""
+    if seq < view.state.upper and recorded_token(ctx, view, seq) != token[:TOKEN_CHARS]:
         ctx.wal.remove(seq)
         raise SkipRefused(f"table {ctx.port.name}: position {seq} was reconciled meanwhile; nothing to skip")
-    return recover(ctx)
 
 
 @dataclass(frozen=True)

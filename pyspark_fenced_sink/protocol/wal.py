@@ -84,10 +84,12 @@ class KeptEntries:
     and never overwritten; truncation deletes positions below the committed upper only, and only
     an empty position is ever filled (a seal, an operator's ``skip``). The control root names one
     table incarnation (its UUID is in the path, PROTOCOL.md §2), so a table dropped and created
-    again starts a WAL no kept entry belongs to. The one object a kept entry can outlive is one
-    deleted below the upper and filled again by a seal whose writer read an older upper: below the
-    upper, where no plan applies anything (§5) and a plan on an older table version cannot land its
-    compare-and-swap. Damaged objects are never kept (each read raises again).
+    again starts a WAL no kept entry belongs to. A kept entry can outlive its object twice: one
+    deleted below the upper and filled again by a stale seal or barrier put (below the upper, where
+    no plan applies anything, §5, and a plan on an older table version cannot land its
+    compare-and-swap); and one lost at or above the upper that an operator skips (the copy may be
+    applied instead: ``repair.skip_position`` then removes the skip, §8.1). Damaged objects are never
+    kept (each read raises again).
 
     Kept, a position read once is not read again by any commit, seal or waiter of this process:
     every writer of a busy table otherwise reads the same entries (PROTOCOL.md §3, "Reads").

@@ -261,7 +261,7 @@ def _malformed_put(env: harness.Env) -> None:
     entry is malformed, and no committer may ever reconcile it.
     """
     try:
-        ctx = env.ctx()
+        ctx = env.ctx(keep=False)  # the buggy writer, then the operator's CLI: nothing kept
         upper = ctx.load().state.upper
     except harness.WRITE_ERRORS:
         return

@@ -168,6 +168,11 @@ class Env:
     nan_rows: bool = True
     #: State of the processes ``tests/model/foreign.py`` adds (stream readers), by name.
     extra: dict[str, Any] = field(default_factory=dict)
+    #: Writers keep the WAL entries they decode, as the sink's processes do (``protocol.wal.KeptEntries``): each
+    #: context belongs to one of two model processes in turn (no draw from ``rng``), and the schedule's own id
+    #: keeps schedules apart in the one real process that runs them. Operators' contexts keep none (the CLI).
+    keep_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    contexts: Iterator[int] = field(default_factory=itertools.count)
     #: Waits no writer should have made (``_watch_waits``): a waiter behind barriers and seals only.
     needless_waits: list[str] = field(default_factory=list)
 
@@ -237,8 +242,11 @@ class Env:
             pace=self.pace,
         )
 
-    def ctx(self, *, check: bool = True) -> CommitContext:
-        """One process's context: reads the table behind the name once, binds to its identity."""
+    def ctx(self, *, check: bool = True, keep: bool = True) -> CommitContext:
+        """One process's context: reads the table behind the name once, binds to its identity.
+
+        ``keep``: its WAL keeps decoded entries with one of two model processes (``keep_id``); False for operators.
+        """
         port = self.port()
         raw = port.load()
         view = bind(raw, port.name) if check else raw
@@ -254,6 +262,7 @@ class Env:
                 parallel_reads=False,  # every read a scheduling point, in order
                 rng=random.Random(self.rng.random()),
                 clock=self.sched.now,
+                keep=f"{self.keep_id}/p{next(self.contexts) % 2}/{root}" if keep else None,
             ),
             identity=TableIdentity(str(raw.table_uuid), root),
             max_wait_s=120.0,
@@ -624,7 +633,7 @@ def other_tool(env: Env, ops: list[str]) -> None:
 def _repair(env: Env) -> None:
     for _ in range(5):
         try:
-            ctx = env.ctx(check=False)
+            ctx = env.ctx(check=False, keep=False)
             repair_state(ctx, ctx.identity.uuid, ctx.identity.root)  # type: ignore[union-attr]
             return
         except (TableStateError, CommitOutcomeUnknownError, TableChangedError):
@@ -647,7 +656,7 @@ def _lose_and_skip(env: Env) -> None:
     """
     original: bytes | None = None
     try:
-        ctx = env.ctx()
+        ctx = env.ctx(keep=False)  # the operator's CLI
         table = next(t for t in env.catalog.created if t.uuid == ctx.identity.uuid)  # type: ignore[union-attr]
         objects = ctx.wal.store.objects  # type: ignore[attr-defined]
         with table.lock:
@@ -839,13 +848,19 @@ def _watch_waits(env: Env) -> Iterator[None]:
 
     A waiter sleeps only behind an entry it read whose writer commits it (``protocol.waiting.Ahead``). The
     entry it waits behind must really be one: never a barrier or a seal skip, which nobody commits for its
-    own sake — a writer waiting behind those waits out a patience for nothing.
+    own sake — a writer waiting behind those waits out a patience for nothing. Checked while that position
+    is still pending: a waiter whose view of the table is older than a commit that reconciled the position
+    (it re-reads the table after a fraction of the cadence) may have kept the entry that was there before
+    the position was truncated and a stale barrier put landed in it (PROTOCOL.md §3 "Reads", §7).
     """
     original = Committer.sleep
 
     def sleep(self: Committer) -> Any:
         upper = self.view.state.upper
         blocker = self.waiting.ahead.blocker(upper)
+        real = [t.state.upper for t in env.catalog.created if t.uuid == self.view.table_uuid]
+        if blocker is not None and real and blocker < real[-1]:
+            return original(self)  # reconciled already: the waiter's view is old, not held up by a barrier
         store = self.ctx.wal.store
         raw = store.objects.get(wal_key(blocker)) if blocker is not None and isinstance(store, MemoryStore) else None
         try:

@@ -170,6 +170,19 @@ def _root_of_location(location: str, table_uuid: str) -> str:
     return f"{location.rstrip('/')}/_fencedlake"
 
 
+_ORIGINAL_KEPT_GET = wal_module.KeptEntries.get
+_ORIGINAL_KEEP = wal_module.KeptEntries.keep
+
+
+def _kept_get_by_process(self, root, seq):  # type: ignore[no-untyped-def]
+    """Kept entries looked up by the model process only, not by control root (a re-created table's log too)."""
+    return _ORIGINAL_KEPT_GET(self, root.split("/mem", 1)[0], seq)
+
+
+def _keep_by_process(self, root, seq, entry, size):  # type: ignore[no-untyped-def]
+    return _ORIGINAL_KEEP(self, root.split("/mem", 1)[0], seq, entry, size)
+
+
 def _bind_lost_state_as_fresh(view, name):  # type: ignore[no-untyped-def]
     """A table without its state property read as fresh although its snapshots carry commit records."""
     return view_module.bind(replace(view, recorded_upper=None) if view.fresh else view, name)
@@ -315,6 +328,10 @@ MUTANTS = {
         "I9", (reconcile_module.Outcome, "external", property(lambda self: False))
     ),
     "truncation deletes the object at upper - 1": Mutant("I6", (wal_module.Wal, "truncate", _truncate_to_the_upper)),
+    # PROTOCOL.md §3 "Reads": what a process keeps belongs to one control root (one table incarnation).
+    "kept entries shared by every table of a process": Mutant(
+        "I6", (wal_module.KeptEntries, "get", _kept_get_by_process), (wal_module.KeptEntries, "keep", _keep_by_process)
+    ),
     "a barrier trusts the position its put landed in": Mutant(
         "I4", (fencing_module, "put_barrier", _trusting_put_barrier)
     ),

@@ -211,6 +211,33 @@ def test_a_damaged_entry_is_moved_aside_and_skipped_then_the_table_moves_on(
     assert code == 2 and "below the committed upper" in err
 
 
+def test_a_lost_entry_that_a_process_kept_lands_from_its_copy_and_the_skip_is_refused_after_the_fact(
+    wh: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Position 3 is read by a process that keeps entries, then lost; the operator skips it, and the keeping
+    process commits its copy between the skip's put and the skip's own commit: the skip entry is removed and
+    the command says "reconciled meanwhile" (the position holds no object the commit record does not name)."""
+    from pyspark_fenced_sink.protocol import repair
+    from pyspark_fenced_sink.protocol.commit import recover
+
+    before = table_ids(wh, TABLE)
+    _pending_entry(wh, 100, 3)  # seq 3
+    keeper = open_table(catalog_config(warehouse=wh), TABLE).ctx
+    assert keeper.wal.keep is not None and keeper.wal.read(3) is not None  # kept by this "process"
+    _wal_object(wh, 3).unlink()  # lost
+    real_recover = repair.recover
+
+    def the_copy_lands_first(ctx: Any, **kwargs: Any) -> Any:
+        recover(keeper)  # a committer of the keeping process applies its copy of position 3
+        return real_recover(ctx, **kwargs)
+
+    monkeypatch.setattr(repair, "recover", the_copy_lands_first)
+    code, _, err = _run(capsys, "skip", TABLE, "3", "--warehouse", wh, "--reason", "lost")
+    assert code == 2 and "reconciled meanwhile" in err
+    assert not _wal_object(wh, 3).exists(), "the skip entry was removed again"
+    assert table_ids(wh, TABLE) == [*before, 100, 101, 102], "the copy's rows landed once"
+
+
 def test_repair_state_rebuilds_a_removed_state_property(wh: str, capsys: pytest.CaptureFixture[str]) -> None:
     """gc checkpoints, then another tool drops the property: writes refuse until repair-state rebuilds it."""
     from pyspark_fenced_sink.errors import TableStateError
