@@ -69,6 +69,8 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import DBAPIError, InvalidatePoolError
 from sqlalchemy.orm import Session
 
+from pyspark_fenced_sink.iceberg.timeouts import NO_ANSWER
+
 __all__ = ["PING_AFTER_IDLE_S", "LeanSqlCatalog", "compare_against", "ping_after_idle"]
 
 #: A pooled connection returned this many seconds ago or more is pinged before it is handed out again.
@@ -172,12 +174,16 @@ class LeanSqlCatalog(SqlCatalog):
         )
 
     def _scalar(self, stmt: Any) -> Any:
-        """One read statement's value; run once more on a fresh connection if the first met a dead one."""
+        """One read statement's value; run once more on a fresh connection if the first met a dead one.
+
+        Not after a statement that got no answer in time (``iceberg.timeouts``): that server is not
+        answering, and a second wait would double the bound a caller was promised.
+        """
         try:
             with Session(self.engine) as session:
                 return session.scalar(stmt)
         except DBAPIError as e:
-            if not e.connection_invalidated:
+            if not e.connection_invalidated or NO_ANSWER in str(e):
                 raise
         with Session(self.engine) as session:  # the pool was invalidated with it: a new connection
             return session.scalar(stmt)

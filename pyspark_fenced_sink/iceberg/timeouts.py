@@ -33,6 +33,7 @@ from collections.abc import Mapping
 from typing import Any
 
 __all__ = [
+    "NO_ANSWER",
     "REQUEST_TIMEOUT",
     "REQUEST_TIMEOUT_DEFAULT_S",
     "bounded_rest_catalog",
@@ -42,6 +43,8 @@ __all__ = [
     "request_timeout_s",
 ]
 
+#: How the error of a PostgreSQL statement that got no answer within ``request-timeout`` begins.
+NO_ANSWER = "timed out: no answer from the PostgreSQL server"
 #: Catalog property: seconds a catalog request may take before it fails (REST and PostgreSQL).
 REQUEST_TIMEOUT = "request-timeout"
 REQUEST_TIMEOUT_DEFAULT_S = 30.0
@@ -168,8 +171,7 @@ def _wait_bounded(conn: Any) -> None:
         left = deadline - time.monotonic()
         if left <= 0:
             raise psycopg2.OperationalError(
-                f"timed out: no answer from the PostgreSQL server within {timeout_s:g} s "
-                f"(catalog property {REQUEST_TIMEOUT}); the connection was closed"
+                f"{NO_ANSWER} within {timeout_s:g} s (catalog property {REQUEST_TIMEOUT}); the connection was closed"
             )
         if state == ext.POLL_READ:
             select.select([conn.fileno()], [], [], left)

@@ -258,3 +258,27 @@ def test_lean_file_io_knows_the_length_of_an_avro_file_it_wrote_without_asking_t
     stream.write(b"abc")
     stream.close()
     assert len(data) == 3 and asked == [str(tmp_path / "d.parquet")]
+
+
+def test_a_load_whose_statement_got_no_answer_in_time_is_not_run_again(
+    wh: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A statement bound by request-timeout that timed out (the connection closed with it) raises at once:
+    running it again would double the bound."""
+    from sqlalchemy.exc import OperationalError
+    from sqlalchemy.orm import Session
+
+    from pyspark_fenced_sink.iceberg.timeouts import NO_ANSWER
+
+    sink_write(wh, TABLE, rows("a", 0, 10))
+    catalog = embedded_catalog(wh)
+    calls: list[str] = []
+
+    def no_answer(self: Any, stmt: Any, *args: Any, **kwargs: Any) -> Any:
+        calls.append("SELECT")
+        raise OperationalError("SELECT ...", {}, Exception(f"{NO_ANSWER} within 1 s"), connection_invalidated=True)
+
+    monkeypatch.setattr(Session, "scalar", no_answer)
+    with pytest.raises(OperationalError, match=NO_ANSWER):
+        catalog.load_table(TABLE)
+    assert calls == ["SELECT"]
