@@ -75,8 +75,9 @@ def check_table(table: Any, wal: Wal, exists: Callable[[str], bool], *, truncate
     # I1: applied entries' files are live once on their branch (unless a later applied entry replaced rows
     # there); files of entries not applied are live on no branch.
     entries: dict[int, WalEntry] = {}
-    for seq in wal.scan(0):
-        entry = wal.read(seq)
+    store = Wal(wal.store, label=wal.label)  # what the store holds now, not what this process kept (§3 "Reads")
+    for seq in store.scan(0):
+        entry = store.read(seq)
         if entry is not None:
             entries[seq] = entry
     branches = {MAIN_BRANCH, *(e.target for e in entries.values())}
