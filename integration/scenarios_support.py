@@ -425,18 +425,24 @@ def violations(options: Mapping[str, str], *, truncated: bool = False) -> list[s
 
 
 def outcomes_by_seq(options: Mapping[str, str]) -> dict[int, tuple[Any, str | None]]:
-    """Every WAL entry still in the WAL, with its recorded outcome code (None: not reconciled)."""
+    """Every WAL entry still in the WAL, with its recorded outcome code (None: not reconciled).
+
+    Read from the store, not through the entries this process kept (PROTOCOL.md §3 "Reads"): a
+    scenario asks what the WAL holds now.
+    """
+    from pyspark_fenced_sink.protocol.wal import Wal
     from pyspark_fenced_sink.testing.invariants import _records
 
     ctx = context(options)
+    wal = Wal(ctx.wal.store, label=ctx.wal.label)
     table = ctx.port.table(ctx.port.load())
     codes: dict[int, tuple[str, str]] = {}
     for record in _records(table):
         for i, pair in enumerate(record.outcomes):
             codes[record.first + i] = pair
     out: dict[int, tuple[Any, str | None]] = {}
-    for seq in ctx.wal.scan(0):
-        entry = ctx.wal.read(seq)
+    for seq in wal.scan(0):
+        entry = wal.read(seq)
         if entry is not None:
             token, code = codes.get(seq, ("", None))
             out[seq] = (entry, code if code is not None and entry.token.startswith(token) else None)

@@ -40,14 +40,6 @@ from pyspark_fenced_sink.store.base import Claim, ObjectStore, claim_key, create
 __all__ = ["Claimed", "KeptEntries", "Wal", "holes"]
 
 
-def _entry_token(raw: bytes) -> str:
-    """The owner token of an encoded entry; "" for a damaged object (never ours: the caller moves on)."""
-    try:
-        return decode_entry(raw).token
-    except CorruptControlDataError:
-        return ""
-
-
 def _token_of(raw: bytes) -> str:
     return str(json.loads(raw).get("token"))
 
@@ -55,6 +47,8 @@ def _token_of(raw: bytes) -> str:
 #: The writer and reason recorded in the ``skip`` entries that seal holes below a barrier (``Wal.seal``).
 SEAL_WRITER = "fencedlake-seal"
 SEAL_REASON = "hole below a barrier, sealed"
+#: Entry kinds put by ``fencing.put_barrier``, which seals the holes below them (:meth:`Wal.seal`).
+BARRIERS = frozenset({EntryKind.FENCE, EntryKind.EXPIRE})
 #: Claims spread over at most this many positions above the tail (after lost races, or under load).
 SPREAD_MAX = 32
 #: The first claim spreads over about ``pace * (one LIST's duration) * SPREAD_FACTOR`` positions: the writers
@@ -374,6 +368,13 @@ class Wal:
         empty position nobody declares is a lost object, left to the operator (it blocks the
         table as before). A position a writer takes first keeps its entry (put-if-absent):
         after this, every hole below the barrier holds an object, so no later put lands below it.
+
+        Barriers opened together would all fill the same holes (every put but one answered
+        "exists"). So the holes above the highest barrier listed below this one are filled at once,
+        and the ones below it are left to that barrier's own seal: after those fills the WAL is
+        listed again, and only what is still empty is filled, from the top down (away from the lower
+        barrier's fills, which go up). A lower barrier that never seals costs one LIST more; the
+        postcondition is the same. Fills were tried in parallel: no fewer puts, more reads.
         """
         listed = self.scan(upper)
         below = {p for p in listed if p < claimed.seq}
@@ -381,10 +382,23 @@ class Wal:
         if missing:
             entries: dict[int, WalEntry] = {claimed.seq: claimed.entry}
             entries.update(self.read_present([p for p in listed if p > missing[0] and p != claimed.seq]))  # declarers
-            for seq in sorted(holes(entries, upper) & set(missing)):
-                seal = WalEntry(kind=EntryKind.SKIP, token=uuid.uuid4().hex, writer=SEAL_WRITER, reason=SEAL_REASON)
-                self._fill(seq, encode_entry(seal))
+            found = sorted(holes(entries, upper) & set(missing))
+            lower = max((p for p in below if p in entries and entries[p].kind in BARRIERS), default=-1)
+            self._seal_holes([h for h in found if h > lower])
+            self._seal_after_lower([h for h in found if h < lower])
         return [p for p in listed if p > claimed.seq]
+
+    def _seal_after_lower(self, holes_below: Sequence[int]) -> None:
+        """Fill the ``holes_below`` a lower barrier (whose seal fills them) has left empty: one LIST, top down."""
+        if holes_below:
+            present = set(self.scan(holes_below[0]))
+            self._seal_holes([h for h in reversed(holes_below) if h not in present])
+
+    def _seal_holes(self, seqs: Sequence[int]) -> None:
+        """Fill each of ``seqs``, in that order, with a seal ``skip`` entry."""
+        for seq in seqs:
+            seal = WalEntry(kind=EntryKind.SKIP, token=uuid.uuid4().hex, writer=SEAL_WRITER, reason=SEAL_REASON)
+            self._fill(seq, encode_entry(seal))
 
     def put_skip(self, seq: int, entry: WalEntry) -> bool:
         """Put an operator's ``skip`` entry at exactly ``seq`` (put-if-absent); False if the position is taken."""
@@ -425,10 +439,24 @@ class Wal:
             raise self._unconfirmed(seq, e) from e
 
     def _claim(self, seq: int, data: bytes, token: str) -> Claim:
-        """Whose the object at ``seq`` is after a put-if-absent of ``data`` (I7)."""
+        """Whose the object at ``seq`` is after a put-if-absent of ``data`` (I7).
+
+        An "exists" is answered by reading the object; the entry read is kept (:class:`KeptEntries`):
+        a lost race's GET is then the last read of that position by this process.
+        """
         key = wal_key(seq)
+
+        def token_of(raw: bytes) -> str:
+            try:
+                entry = decode_entry(raw)
+            except CorruptControlDataError:
+                return ""  # a damaged object is never ours, never kept: the caller moves on
+            if self.keep is not None:
+                KEPT.keep(self.keep, seq, entry, len(raw))
+            return entry.token
+
         try:
-            return claim_key(self.store, key, data, token, _entry_token, attempts=self.put_attempts, sleep=self.sleep)
+            return claim_key(self.store, key, data, token, token_of, attempts=self.put_attempts, sleep=self.sleep)
         except StoreError as e:
             raise self._unconfirmed(seq, e) from e
 

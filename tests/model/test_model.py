@@ -374,6 +374,9 @@ MUTANTS = {
     "a barrier is used although a commit may void its position": Mutant(
         "I4", (wal_module.Wal, "seal", _seal_without_looking_up)
     ),
+    "a barrier trusts a lower barrier to seal the holes below it": Mutant(
+        "I4", (wal_module.Wal, "_seal_after_lower", lambda self, holes_below: None)
+    ),
     # Who commits (issue 31): barriers and seals hold nobody up; a plan rests on what was really seen.
     "barriers and seals hold up the writers behind them": Mutant(
         "I5", (waiting_module, "commits_own_entry", lambda entry: True)

@@ -180,6 +180,59 @@ def test_barrier_seals_a_declared_hole_below_it_and_leaves_a_lost_position_alone
     assert table.records == []  # nothing above the barrier: it was not committed
 
 
+def _barrier_over_a_lower_one(store: MemoryStore) -> tuple[Wal, Claimed]:
+    """A WAL with a lower barrier at 3 that declares 0-2 (its writer listed from 0) and ours at 5, declaring 4."""
+    wal = Wal(store, parallel_reads=False)
+    lower = WalEntry(kind=EntryKind.FENCE, token=new_token(), writer="a", run="r1", floor=0)
+    store.objects[wal_key(3)] = encode_entry(lower)
+    ours = WalEntry(kind=EntryKind.FENCE, token=new_token(), writer="b", run="r2", floor=4)
+    store.objects[wal_key(5)] = encode_entry(ours)
+    return wal, Claimed(5, False, ours, (3,))
+
+
+def _sealed(store: MemoryStore) -> list[int]:
+    found = {seq_of(k): decode_entry(v) for k, v in store.objects.items()}
+    return sorted(s for s, e in found.items() if s is not None and e.writer == SEAL_WRITER)
+
+
+def test_a_seal_leaves_the_holes_below_a_lower_barrier_to_its_seal_and_fills_only_its_own() -> None:
+    """Two barriers opened together: ours fills the hole above the lower barrier; the holes below it, which the
+    lower barrier's seal fills meanwhile, cost ours one LIST and no put (not one "exists" answer per hole)."""
+    inner = MemoryStore()
+    wal, claimed = _barrier_over_a_lower_one(inner)
+    store = CountingStore(inner)
+    wal.store = store
+
+    def lower_seals(key: str) -> None:
+        if key == wal_key(4):  # while ours fills its own hole, the lower barrier's seal fills 0-2
+            for seq in range(3):
+                inner.objects.setdefault(wal_key(seq), encode_entry(_seal_entry()))
+
+    inner.before_put = lower_seals  # type: ignore[assignment]
+    assert wal.seal(0, claimed) == []
+    assert store.counts["PUT_IF_ABSENT"] == 1 and store.counts["LIST"] == 2
+    assert all(wal_key(seq) in inner.objects for seq in range(5))
+
+
+def test_a_seal_fills_the_holes_a_lower_barrier_never_sealed() -> None:
+    """The lower barrier's writer died before its seal: ours lists again and fills every hole below it itself."""
+    store = MemoryStore()
+    wal, claimed = _barrier_over_a_lower_one(store)
+    filled: list[int | None] = []
+
+    def note(key: str) -> None:
+        filled.append(seq_of(key))
+
+    store.before_put = note  # type: ignore[assignment]
+    wal.seal(0, claimed)
+    assert _sealed(store) == [0, 1, 2, 4]
+    assert filled == [4, 2, 1, 0]  # its own hole first, then the lower barrier's from the top down
+
+
+def _seal_entry() -> WalEntry:
+    return WalEntry(kind=EntryKind.SKIP, token=new_token(), writer=SEAL_WRITER, reason=SEAL_REASON)
+
+
 def test_barrier_with_an_entry_above_it_is_committed_before_use() -> None:
     """An entry above a barrier may declare its position a hole: the entries through the barrier are committed
     before its epoch is used (nothing above it is read: it cannot block this)."""

@@ -525,6 +525,22 @@ def test_the_writer_keeps_the_entry_it_put_so_peers_of_its_process_need_not_read
     assert store.counts["GET"] == 0, "the peer read nothing: the writer kept what it put"
 
 
+def test_a_lost_race_keeps_the_peer_entry_it_read(kept: object) -> None:
+    """A put answered "exists" reads the object to learn whose it is (I7); that read is the last of the position."""
+    store = CountingStore(MemoryStore())
+    theirs = _entry("e" * 32, floor=None)
+    store.inner.objects[wal_key(0)] = encode_entry(theirs)
+    wal = Wal(store, keep="root")
+    assert wal.put_skip(0, _entry("f" * 32, floor=None)) is False  # the race for position 0, lost
+    gets = store.counts["GET"]
+    assert gets == 1 and wal.read(0) == theirs
+    assert store.counts["GET"] == gets, "the entry read to resolve the race was kept"
+    store.inner.objects[wal_key(1)] = b"{damaged"
+    assert wal.put_skip(1, _entry("g" * 32, floor=None)) is False
+    with pytest.raises(CorruptControlDataError):
+        wal.read(1)  # a damaged object is never kept: each read raises again
+
+
 def test_kept_entries_stay_within_their_byte_budget(kept: object) -> None:
     from pyspark_fenced_sink.protocol.wal import KeptEntries
 
