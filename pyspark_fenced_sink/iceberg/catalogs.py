@@ -298,7 +298,7 @@ def open_table(
     table whose state is lost or foreign that way); ``root`` then overrides the
     control root (default: the state's own, else the one derived from the
     current location and UUID). With ``keep`` (the default) the WAL entries this process decodes
-    are kept for its later reads (``protocol.wal.KeptEntries``); the operator's CLI opens with
+    are kept for its later reads (``protocol.kept.KeptEntries``); the operator's CLI opens with
     ``keep=False``: it looks at what the store holds now.
 
     Raises:

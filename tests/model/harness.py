@@ -168,7 +168,7 @@ class Env:
     nan_rows: bool = True
     #: State of the processes ``tests/model/foreign.py`` adds (stream readers), by name.
     extra: dict[str, Any] = field(default_factory=dict)
-    #: Writers keep the WAL entries they decode, as the sink's processes do (``protocol.wal.KeptEntries``): each
+    #: Writers keep the WAL entries they decode, as the sink's processes do (``protocol.kept.KeptEntries``): each
     #: context belongs to one of two model processes in turn (no draw from ``rng``), and the schedule's own id
     #: keeps schedules apart in the one real process that runs them. Operators' contexts keep none (the CLI).
     keep_id: str = field(default_factory=lambda: uuid.uuid4().hex)
