@@ -152,8 +152,10 @@ class Wal:
         if self.keep is not None and (kept := KEPT.get(self.keep, seq)) is not None:
             return kept
         data = self.store.get(wal_key(seq))
-        if data is None:
-            return None
+        return None if data is None else self._decoded(seq, data)
+
+    def _decoded(self, seq: int, data: bytes) -> WalEntry:
+        """The entry ``data`` (the object read at ``seq``), kept if this WAL keeps; a damaged object raises."""
         entry = decode_entry(data, f"{self.label}/{wal_key(seq)}")
         if self.keep is not None:
             KEPT.keep(self.keep, seq, entry, len(data))
@@ -385,12 +387,9 @@ class Wal:
 
         def token_of(raw: bytes) -> str:
             try:
-                entry = decode_entry(raw)
+                return self._decoded(seq, raw).token
             except CorruptControlDataError:
                 return ""  # a damaged object is never ours, never kept: the caller moves on
-            if self.keep is not None:
-                KEPT.keep(self.keep, seq, entry, len(raw))
-            return entry.token
 
         try:
             return claim_key(self.store, key, data, token, token_of, attempts=self.put_attempts, sleep=self.sleep)
