@@ -1,15 +1,24 @@
 """Position deletes as a bitmap filter over one scan: no join, no broadcast (PROTOCOL.md §14; driver).
 
 Used by ``spark.native_deletes`` for the usual state (see its docstring for when). Dirty data file *i* (one
-with deletes) owns bits ``base_i .. base_i + rows_i`` of one bitmap of its deleted row positions. Each row
-finds its file's slot in a small open-addressed table keyed by Spark's ``hash`` of its
-``_metadata.file_path`` (the slots hold each dirty file's name, first bit and row count; a name that is in no
-slot is a clean file's, and its rows are kept) and is kept unless its bit is set. The bitmap and the slots'
-numbers travel in the plan as ``array<bigint>`` literals in Spark's unsafe array format, which a printed plan
-shows as one token (a literal made by the public ``lit`` is spelled out value by value in every printed plan,
-which cost more than the anti-join it replaces); they are built through Spark's JVM classes on a classic
-session, and :func:`bitmap_filter` answers None wherever it cannot build them exactly (the caller anti-joins).
-A row position at or past its file's recorded row count fails the read: never another file's bit.
+with deletes) owns the bits from word ``base_i`` of one bitmap of its deleted row positions (its first bit
+on a word boundary, so a row's word is ``base_i + row_index / 64``). Each row finds its file in a small
+open-addressed slot table (a key within 4 slots of its hash's home; the table doubles until every key fits):
+
+* **by size** where no file with deletes shares its recorded ``file_size_in_bytes`` with another planned
+  file: every planned file's size has a slot, and a row looks up ``_metadata.file_size``, a number Spark
+  holds per file (no per-row string work: the usual case, and the faster filter);
+* **by name** otherwise: the files with deletes, keyed by Spark's ``hash`` of ``_metadata.file_path``
+  (the driver's copy of that string hash is checked against Spark's own once per Spark version); a name in
+  no slot is a clean file's.
+
+A row is kept unless its bit is set. A row whose size is in no slot (the stored file's size is not the one its
+manifest records) fails the read, and so does a row position at or past its file's recorded row count: never
+another file's bit. The bitmap and the slots' numbers
+travel in the plan as ``array<bigint>`` literals in Spark's unsafe array format, which a printed plan shows as
+one token (a literal made by the public ``lit`` is spelled out value by value in every printed plan, which cost
+more than the anti-join it replaces); they are built through Spark's JVM classes on a classic session, and
+:func:`bitmap_filter` answers None wherever it cannot build them exactly (the caller anti-joins).
 """
 
 from __future__ import annotations
@@ -17,58 +26,63 @@ from __future__ import annotations
 import logging
 import struct
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["bitmap_filter", "spark_hash"]
+__all__ = ["ScannedFile", "bitmap_filter", "spark_hash"]
 
 logger = logging.getLogger(__name__)
 
-#: Slots a dirty file's name may sit past the slot its hash names (open addressing; the table doubles until they do).
+#: Slots a key may sit past the slot its hash names (open addressing; the table doubles until they do).
 _PROBES = 4
-#: The slot table's size bound, per dirty file (past it the anti-join is used).
+#: A slot table's size bound, per key (past it the anti-join is used).
 _MAX_SLOTS_PER_FILE = 64
 #: Names whose Spark hash :func:`spark_hash` is checked against Spark's own once per process and Spark version.
 _HASH_PROBES = ("", "a", "ab", "abc", "abcd", "file:/w/\u00e9.parquet", "s3://b/\u4e2d-\U0001f600.parquet")
 _HASH_AGREES: dict[str, bool] = {}
 _JVM_CLASSES: dict[int, tuple[Any, ...]] = {}
+_JVM_FUNCTIONS: dict[int, Any] = {}
 _MASK32 = 0xFFFFFFFF
+#: A slot's first word for a file without deletes (its rows are kept), and for an empty slot.
+_CLEAN = -1
+_SIZE_DIFFERS = "fencedlake: a data file's size is not the one its manifest records (file_size_in_bytes)"
+_MISCOUNTED = "fencedlake: a data file holds more rows than its manifest records"
 
 
 def _bitmap_words(record_counts: Sequence[int], positions: Sequence[Any]) -> tuple[list[int], Any] | None:
-    """(each dirty file's first bit, the bitmap as int64 words): bit ``base + pos`` is set for each deleted row.
+    """(each dirty file's first word, the bitmap as int64 words): bit ``pos`` from word ``base`` is set per deleted row.
 
-    None when a delete file names a position outside its data file's recorded rows (the bitmap would give
-    it another file's bit; the anti-join reads such a table exactly).
+    Each file's bits start on a word boundary. None when a delete file names a position outside its data file's
+    recorded rows (the bitmap would give it another file's bit; the anti-join reads such a table exactly).
     """
     import numpy as np
 
     bases: list[int] = []
     bits: list[Any] = []
-    base = 0
+    word = 0
     for count, pos in zip(record_counts, positions, strict=True):
         if len(pos) and (int(pos.min()) < 0 or int(pos.max()) >= count):
             return None
-        bases.append(base)
-        bits.append(pos + base)
-        base += count
+        bases.append(word)
+        bits.append(pos + word * 64)
+        word += (count + 63) // 64
     every = np.concatenate(bits) if bits else np.empty(0, np.int64)
-    words = np.zeros((base + 63) // 64, np.uint64)
+    words = np.zeros(word, np.uint64)
     np.bitwise_or.at(words, every >> 6, np.left_shift(np.uint64(1), (every & 63).astype(np.uint64)))
     return bases, words.view(np.int64)
 
 
-def _slots(hashes: Sequence[int]) -> list[int | None] | None:
-    """An open-addressed table of ``hashes``' indexes: i sits within :data:`_PROBES` slots after ``hashes[i] mod M``.
+def _open_addressed(keys: Sequence[int]) -> list[int | None] | None:
+    """An open-addressed table of ``keys``' indexes: i sits within :data:`_PROBES` slots after ``keys[i] mod M``.
 
     ``M`` (the table's length less ``_PROBES - 1`` spill slots) starts at twice the entries and doubles until
-    every entry fits; None if it would pass :data:`_MAX_SLOTS_PER_FILE` per entry (more than ``_PROBES``
-    names sharing one hash never fit).
+    every entry fits; None if it would pass :data:`_MAX_SLOTS_PER_FILE` per entry.
     """
-    size = max(2, 2 * len(hashes))
-    while size <= _MAX_SLOTS_PER_FILE * max(1, len(hashes)):
+    size = max(2, 2 * len(keys))
+    while size <= _MAX_SLOTS_PER_FILE * max(1, len(keys)):
         table: list[int | None] = [None] * (size + _PROBES - 1)
-        for index, h in enumerate(hashes):
-            home = h % size
+        for index, key in enumerate(keys):
+            home = key % size
             free = next((home + k for k in range(_PROBES) if table[home + k] is None), None)
             if free is None:
                 break
@@ -94,25 +108,49 @@ def _jvm_classes(spark: Any) -> tuple[Any, ...]:
             types.createArrayType(types.LongType, False),
             jvm.org.apache.spark.sql.classic.ExpressionColumnNode,
             jvm.org.apache.spark.sql.Column,
+            jvm.org.apache.spark.sql.functions,
         )
     return _JVM_CLASSES[key]
 
 
+class _Functions:
+    """Spark's JVM ``org.apache.spark.sql.functions``, each member looked up once (py4j asks the JVM per lookup)."""
+
+    def __init__(self, functions: Any) -> None:
+        self._functions = functions
+        self._members: dict[str, Any] = {}
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        member = self._members.get(name)
+        if member is None:
+            member = self._members[name] = getattr(self._functions, name)
+        return member
+
+
+def _functions(spark: Any) -> _Functions:
+    """The :class:`_Functions` of ``spark``'s gateway (kept while the gateway is)."""
+    key = id(spark._jvm)
+    if key not in _JVM_FUNCTIONS:
+        _JVM_FUNCTIONS.clear()
+        _JVM_FUNCTIONS[key] = _Functions(_jvm_classes(spark)[-1])
+    return _JVM_FUNCTIONS[key]  # type: ignore[no-any-return]
+
+
 def _long_array(spark: Any, values: Any) -> Any:
-    """An ``array<bigint>`` literal Column of ``values`` (int64) held as Spark's UnsafeArrayData, or None.
+    """An ``array<bigint>`` literal of ``values`` (int64) held as Spark's UnsafeArrayData: a JVM Column, or None.
 
     A literal made through the public API (``lit`` of a list) holds a generic array that every printed
     plan spells out value by value; this one prints as one token. Built through Spark's JVM classes (the
     classic session's py4j gateway); None where a Spark version lacks one of them.
     """
-    from pyspark.sql import Column
-
     try:
-        byte_buffer, long_buffer, unsafe_array, literal, array_type, column_node, column = _jvm_classes(spark)
+        byte_buffer, long_buffer, unsafe_array, literal, array_type, column_node, column, _ = _jvm_classes(spark)
         longs = long_buffer.allocate(len(values))
         longs.put(byte_buffer.wrap(bytearray(values.astype(">i8").tobytes())).asLongBuffer())
         value = literal(unsafe_array.fromPrimitiveArray(longs.array()), array_type)
-        return Column(column(column_node.apply(value)))
+        return column(column_node.apply(value))
     except Exception as e:  # noqa: BLE001 - py4j raises several kinds; any of them means "not on this Spark"
         logger.info("fencedlake: no unsafe array literal on this Spark (%s): position deletes are anti-joined", e)
         return None
@@ -124,6 +162,16 @@ def _mix(h1: int, k1: int) -> int:
     h1 ^= (k1 * 0x1B873593) & _MASK32
     h1 = ((h1 << 13) | (h1 >> 19)) & _MASK32
     return (h1 * 5 + 0xE6546B64) & _MASK32
+
+
+def _finish(h1: int, length: int) -> int:
+    h1 ^= length
+    h1 ^= h1 >> 16
+    h1 = (h1 * 0x85EBCA6B) & _MASK32
+    h1 ^= h1 >> 13
+    h1 = (h1 * 0xC2B2AE35) & _MASK32
+    h1 ^= h1 >> 16
+    return h1 - (1 << 32) if h1 >= 1 << 31 else h1
 
 
 def spark_hash(name: str) -> int:
@@ -139,13 +187,7 @@ def spark_hash(name: str) -> int:
         h1 = _mix(h1, word)
     for byte in data[aligned:]:
         h1 = _mix(h1, (byte - 256 if byte > 127 else byte) & _MASK32)
-    h1 ^= len(data)
-    h1 ^= h1 >> 16
-    h1 = (h1 * 0x85EBCA6B) & _MASK32
-    h1 ^= h1 >> 13
-    h1 = (h1 * 0xC2B2AE35) & _MASK32
-    h1 ^= h1 >> 16
-    return h1 - (1 << 32) if h1 >= 1 << 31 else h1
+    return _finish(h1, len(data))
 
 
 def _hash_agrees(spark: Any) -> bool:
@@ -162,51 +204,164 @@ def _hash_agrees(spark: Any) -> bool:
 
 
 def _separator(names: Sequence[str]) -> str | None:
-    """A character none of ``names`` holds (joins them into one literal, split back by Spark), or None."""
-    return next((c for c in ("\x00", "\x1f", "\n", "|") if not any(c in n for n in names)), None)
+    """A character none of ``names`` holds (joins them into one literal, split back by Spark), or None.
 
-
-def bitmap_filter(
-    spark: Any, scan: Any, names: Sequence[str], record_counts: Sequence[int], positions: Sequence[Any]
-) -> Any:
-    """``scan``'s rows (every planned file) without the deleted ones; None if the bitmap cannot be built here.
-
-    ``names``: Spark's name (``_metadata.file_path``) of each data file with deletes; ``record_counts``: its
-    recorded rows; ``positions``: its deleted row positions (an int64 numpy array each).
+    None of them is special in a regular expression (Spark's ``split`` takes one).
     """
-    import numpy as np
-    from pyspark.sql import functions as F  # noqa: N812
+    return next((c for c in ("\x00", "\x01", "\x1f", "\n") if not any(c in n for n in names)), None)
 
-    separator = _separator(names)
-    table = _slots([spark_hash(n) for n in names])
-    laid_out = _bitmap_words(record_counts, positions)
-    if separator is None or table is None or laid_out is None or not _hash_agrees(spark):
+
+@dataclass(frozen=True)
+class ScannedFile:
+    """A planned data file as the scan's rows see it.
+
+    Attributes:
+        name: Spark's name of it (``_metadata.file_path``; checked against Spark's listing before use).
+        size: Its recorded ``file_size_in_bytes`` (Spark's ``_metadata.file_size`` is the stored file's).
+        record_count: Its recorded rows (read only for a file with deletes).
+        positions: Its deleted row positions (an int64 numpy array), or None: a file without deletes.
+    """
+
+    name: str
+    size: int
+    record_count: int
+    positions: Any = None
+
+
+@dataclass(frozen=True)
+class _Slots:
+    """A slot table's columns: each slot's key (a size or a name), first bitmap word (or :data:`_CLEAN`) and rows.
+
+    ``by_size``: keyed by ``_metadata.file_size`` (every planned file's size), else by ``_metadata.file_path``
+    (the files with deletes only); ``home_size``: the length a key's hash is taken modulo (less the spill slots).
+    """
+
+    by_size: bool
+    keys: list[Any]
+    bases: list[int]
+    counts: list[int]
+
+    @property
+    def home_size(self) -> int:
+        return len(self.keys) - (_PROBES - 1)
+
+
+def _table(
+    by_size: bool, keys: Sequence[Any], homes: Sequence[int], bases: Sequence[int], counts: Sequence[int]
+) -> _Slots | None:
+    slots = _open_addressed(homes)
+    if slots is None:
         return None
-    bases, words = laid_out
-    arrays = [
-        _long_array(spark, values)
-        for values in (
-            words,
-            np.array([-1 if i is None else bases[i] for i in table], np.int64),
-            np.array([-1 if i is None else record_counts[i] for i in table], np.int64),
-        )
-    ]
-    if any(a is None for a in arrays):
-        return None
-    bitmap, slot_bases, slot_rows = arrays
-    size = len(table) - (_PROBES - 1)
-    slot_names = F.split(F.lit(separator.join("" if i is None else names[i] for i in table)), F.lit(separator))
-    path, row = F.col("_metadata.file_path"), F.col("_metadata.row_index")
-    home = F.pmod(F.hash(path), F.lit(size))
-    found = F.when(F.get(slot_names, home) == path, home)  # the slot holding this row's file; null: a clean file
-    for k in range(1, _PROBES):
-        found = found.when(F.get(slot_names, home + k) == path, home + k)
-    bit = F.get(slot_bases, found) + row
-    word = F.get(bitmap, F.call_function("shiftright", bit, F.lit(6)).cast("int"))
-    deleted = F.call_function("shiftright", word, bit.bitwiseAND(F.lit(63)).cast("int")).bitwiseAND(F.lit(1))
-    kept = (
-        F.when(found.isNull(), F.lit(0))  # a clean file's row
-        .when(row < F.get(slot_rows, found), deleted)
-        .otherwise(F.raise_error(F.lit("fencedlake: a data file holds more rows than its manifest records")))
+    empty = -1 if by_size else ""
+    return _Slots(
+        by_size,
+        [empty if i is None else keys[i] for i in slots],
+        [_CLEAN if i is None else bases[i] for i in slots],
+        [0 if i is None else counts[i] for i in slots],
     )
-    return scan.where(kept == 0)
+
+
+def _layout(files: Sequence[ScannedFile], bases: dict[int, int]) -> _Slots | None:
+    """The slot table for ``files``: by size unless a file with deletes shares its size; None if it cannot be built.
+
+    ``bases``: the first bitmap word of each dirty file (by index into ``files``).
+    """
+    by_size: dict[int, list[int]] = {}
+    for index, f in enumerate(files):
+        by_size.setdefault(f.size, []).append(index)
+    if all(len(same) == 1 or not any(i in bases for i in same) for same in by_size.values()) and min(by_size) >= 0:
+        first = [same[0] for same in by_size.values()]  # a shared size's files are all clean
+        counts = [files[i].record_count for i in first]
+        return _table(True, list(by_size), list(by_size), [bases.get(i, _CLEAN) for i in first], counts)
+    dirty = sorted(bases)
+    names = [files[i].name for i in dirty]
+    return _table(
+        False, names, [spark_hash(n) for n in names], [bases[i] for i in dirty], [files[i].record_count for i in dirty]
+    )
+
+
+def bitmap_filter(spark: Any, scan: Any, files: Sequence[ScannedFile]) -> Any:
+    """``scan``'s rows (every file of ``files``, exactly those) without the deleted ones; None if it cannot be built."""
+    import numpy as np
+    from pyspark.sql import Column
+
+    dirty = [i for i, f in enumerate(files) if f.positions is not None]
+    laid_out = _bitmap_words([files[i].record_count for i in dirty], [files[i].positions for i in dirty])
+    table = _layout(files, dict(zip(dirty, laid_out[0], strict=True))) if laid_out is not None else None
+    if laid_out is None or table is None:
+        return None
+    separator = "" if table.by_size else _separator(table.keys)
+    if separator is None or (not table.by_size and not _hash_agrees(spark)):
+        return None
+    masks = np.left_shift(np.ones(64, np.uint64), np.arange(64, dtype=np.uint64)).view(np.int64)
+    parts = {"masks": masks, "bases": table.bases, "counts": table.counts}
+    if table.by_size:
+        parts["keys"] = table.keys
+    small = {label: np.asarray(values, np.int64) for label, values in parts.items()}
+    offsets = dict(zip(small, np.cumsum([0] + [len(v) for v in small.values()]).tolist(), strict=False))
+    # Two literals: the bitmap apart (the analyzer hashes and compares a literal at each place it is used, so
+    # the large one is used once), the small tables together (each literal costs about ten py4j calls).
+    words, numbers = _long_array(spark, laid_out[1]), _long_array(spark, np.concatenate(list(small.values())))
+    if words is None or numbers is None:
+        return None
+    f = _functions(spark)
+    longs = _Longs(f, words, numbers, offsets)
+    return scan.where(Column(_kept(f, longs, table, separator)))
+
+
+@dataclass(frozen=True)
+class _Longs:
+    """The filter's numbers as ``array<bigint>`` literals (JVM Columns).
+
+    ``words``: the bitmap; ``numbers``: the small tables in one array, each part from its ``offsets`` entry.
+    """
+
+    f: Any
+    words: Any
+    numbers: Any
+    offsets: dict[str, int]
+
+    def at(self, label: str, index: Any) -> Any:
+        """Element ``index`` (a JVM Column) of part ``label`` (``"words"``: of the bitmap)."""
+        if label == "words":
+            return self.f.get(self.words, index)
+        offset = self.offsets[label]
+        return self.f.get(self.numbers, index.plus(self.f.lit(offset)) if offset else index)
+
+
+def _kept(f: Any, longs: _Longs, table: _Slots, separator: str) -> Any:
+    """The filter's condition, a JVM Column built with one py4j call per node through Spark's ``functions``.
+
+    (pyspark's Column API makes about ten calls per node to record the caller for error messages: most of the
+    time it took to build this condition.) ``f``: :func:`_functions`.
+    """
+    row = f.col("_metadata.row_index")
+    if table.by_size:
+        key = f.col("_metadata.file_size")
+        home = f.pmod(key, f.lit(table.home_size))
+
+        def key_at(slot: Any) -> Any:
+            return longs.at("keys", slot)
+
+    else:
+        key = f.col("_metadata.file_path")
+        home = f.pmod(f.expr("hash(_metadata.file_path)"), f.lit(table.home_size))
+        names = f.split(f.lit(separator.join(table.keys)), separator)
+
+        def key_at(slot: Any) -> Any:
+            return f.get(names, slot)
+
+    found = f.when(key_at(home).equalTo(key), home)  # the slot holding this row's key; null: none does
+    for k in range(1, _PROBES):
+        probe = home.plus(f.lit(k))
+        found = found.when(key_at(probe).equalTo(key), probe)
+    base = longs.at("bases", found)
+    word = longs.at("words", base.plus(f.shiftright(row, 6)).cast("int"))
+    unset = word.bitwiseAND(longs.at("masks", row.bitwiseAND(f.lit(63)).cast("int"))).equalTo(f.lit(0))
+    missing = f.raise_error(f.lit(_SIZE_DIFFERS)) if table.by_size else f.lit(True)  # by name: a clean file
+    return (
+        f.when(found.isNull(), missing)
+        .when(base.lt(f.lit(0)), f.lit(True))  # a clean file's row
+        .when(row.lt(longs.at("counts", found)), unset)
+        .otherwise(f.raise_error(f.lit(_MISCOUNTED)))
+    )

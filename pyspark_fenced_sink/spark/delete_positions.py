@@ -8,13 +8,14 @@ Reading: where the table's FileIO is pyarrow's (``PyArrowFileIO``, the sink's ``
 scheme it does not hand on) and every delete file lives on one filesystem, all of them are read as one
 pyarrow dataset (Arrow's own threads, one call; ``__filename`` names each row's delete file); otherwise
 each file through the FileIO, eight at a time. Either way the rows are then assigned to their data files
-in one vectorized pass (each row's (data file, delete file) pair looked up among the planner's), not one
-filter per pair.
+in one vectorized pass into each delete file's positions per data file, kept for the process (delete files
+are immutable; shared with the upsert's cache, bounded by bytes); a data file's positions are those its own
+delete files (the planner's scope) hold for it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
@@ -84,39 +85,54 @@ def _read(io: Any, paths: Sequence[str]) -> tuple[Any, Any]:
     return pa.concat_tables(tables) if tables else schema.empty_table(), owner
 
 
-def _scope(dirty: Sequence[Scoped], paths: Mapping[str, int], data_codes: Mapping[str, int]) -> tuple[Any, Any]:
-    """The planner's scope as arrays: (allowed, owner).
+def _by_delete_file(table: Any, owner: Any, paths: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """Each of ``paths``: data file path -> its sorted distinct positions (``owner``: each row's index in ``paths``).
 
-    ``allowed``: the sorted pairs (data code * len(paths) + delete file index) of each data file and a delete
-    file the planner applies to it (pairs, not a matrix: a table may name many files in many delete files);
-    ``owner[data code]``: the dirty file number of that name, -1 for a name no dirty file has.
+    Rows without a ``file_path`` name no data file and are dropped; a null ``pos`` reads as -1 (no row has it).
     """
     import numpy as np
 
-    owner = np.full(len(data_codes), -1, np.int64)
-    pairs: list[int] = []
-    for number, data_file in enumerate(dirty):
-        code = data_codes.get(data_file.path)
-        if code is not None:
-            owner[code] = number
-            pairs.extend(code * len(paths) + paths[p] for p in data_file.delete_files)
-    return np.unique(np.array(pairs, np.int64)), owner
+    names = table.column("file_path").combine_chunks().dictionary_encode()
+    data_names = names.dictionary.to_pylist()
+    codes = np.asarray(names.indices.fill_null(-1), np.int64)
+    positions = np.asarray(table.column("pos").combine_chunks().fill_null(-1), np.int64)
+    named = codes >= 0
+    group = np.asarray(owner, np.int64)[named] * max(1, len(data_names)) + codes[named]
+    positions = positions[named]
+    order = np.lexsort((positions, group))
+    group, positions = group[order], positions[order]
+    distinct = np.ones(len(group), bool)
+    distinct[1:] = (group[1:] != group[:-1]) | (positions[1:] != positions[:-1])
+    group, positions = group[distinct], positions[distinct]
+    starts = np.flatnonzero(np.r_[True, group[1:] != group[:-1]]).tolist() if len(group) else []
+    ends = [*starts[1:], len(group)] if starts else []
+    out: dict[str, dict[str, Any]] = {p: {} for p in paths}
+    for start, end in zip(starts, ends, strict=True):
+        number, code = divmod(int(group[start]), max(1, len(data_names)))
+        out[paths[number]][data_names[code]] = positions[start:end]
+    return out
 
 
 def collected_positions(io: Any, dirty: Sequence[Scoped]) -> list[Any]:
-    """Each dirty file's deleted row positions: one int64 numpy array per file of ``dirty``, in file order."""
+    """Each dirty file's deleted row positions: one int64 numpy array per file of ``dirty``, in file order.
+
+    Delete files read before in this process (by this path or an upsert's) are not read again: they are
+    immutable, and their positions are kept per delete file in ``iceberg.commit.key_index``'s bounded cache.
+    """
     import numpy as np
 
+    from pyspark_fenced_sink.iceberg.commit.key_index import keep_delete_positions, known_delete_positions
+
     paths = sorted({p for f in dirty for p in f.delete_files})
-    table, delete_index = _read(io, paths)
-    names = table.column("file_path").combine_chunks().dictionary_encode()
-    codes = np.asarray(names.indices.fill_null(-1), np.int64)
-    data_codes = {name: i for i, name in enumerate(names.dictionary.to_pylist())}
-    allowed, owner = _scope(dirty, {p: i for i, p in enumerate(paths)}, data_codes)
-    keep = (codes >= 0) & np.isin(codes * len(paths) + delete_index, allowed)
-    numbers = owner[codes[keep]]
-    positions = np.asarray(table.column("pos").combine_chunks().fill_null(-1), np.int64)[keep]
-    order = np.argsort(numbers, kind="stable")
-    numbers, positions = numbers[order], positions[order]
-    bounds = np.searchsorted(numbers, np.arange(len(dirty) + 1))
-    return [positions[bounds[n] : bounds[n + 1]] for n in range(len(dirty))]
+    known = known_delete_positions(paths)
+    missing = [p for p in paths if p not in known]
+    if missing:
+        table, owner = _read(io, missing)
+        for path, positions in _by_delete_file(table, owner, missing).items():
+            keep_delete_positions(path, positions)
+            known[path] = positions
+    empty = np.empty(0, np.int64)
+    return [
+        np.concatenate([known[d].get(f.path, empty) for d in f.delete_files]) if f.delete_files else empty
+        for f in dirty
+    ]

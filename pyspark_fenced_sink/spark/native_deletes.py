@@ -31,7 +31,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from pyspark_fenced_sink.spark.delete_bitmap import bitmap_filter
+from pyspark_fenced_sink.spark.delete_bitmap import ScannedFile, bitmap_filter
 from pyspark_fenced_sink.spark.delete_positions import collected_positions
 
 __all__ = [
@@ -195,8 +195,12 @@ def _check_names(df: Any, paths: Sequence[str]) -> None:
         )
 
 
-def apply_deletes(spark: Any, io: Any, reader: Any, files: Sequence[str], dirty: Sequence[DirtyFile]) -> Any:
+def apply_deletes(
+    spark: Any, io: Any, reader: Any, files: Sequence[str], sizes: Sequence[int], dirty: Sequence[DirtyFile]
+) -> Any:
     """The rows of ``files`` (read with ``reader``, a DataFrameReader) without those ``dirty``'s deletes remove.
+
+    ``sizes``: each file's recorded ``file_size_in_bytes``.
 
     Raises:
         NameMismatch: Spark names a planned data file otherwise than :func:`spark_file_name` predicts.
@@ -209,8 +213,12 @@ def apply_deletes(spark: Any, io: Any, reader: Any, files: Sequence[str], dirty:
             scan = reader.parquet(*files)
             positions = reading.result()
         _check_names(scan, files)
-        names = [spark_file_name(f.path) for f in dirty]
-        kept = bitmap_filter(spark, scan, names, [f.record_count for f in dirty], positions)
+        deleted = {f.path: (f.record_count, p) for f, p in zip(dirty, positions, strict=True)}
+        scanned = [
+            ScannedFile(spark_file_name(path), size, *deleted.get(path, (0, None)))
+            for path, size in zip(files, sizes, strict=True)
+        ]
+        kept = bitmap_filter(spark, scan, scanned)
         if kept is not None:
             logger.debug("fencedlake: %d data files with %d delete rows filtered by a bitmap", len(dirty), delete_rows)
             return kept

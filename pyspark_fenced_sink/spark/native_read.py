@@ -65,6 +65,7 @@ class NativeReadPlan:
         native: True: Spark's Parquet reader over ``files``; False: the fencedlake data source.
         reason: Why the data source is used (empty when native).
         files: The planned data files' paths (empty for a data source read).
+        sizes: Their recorded ``file_size_in_bytes``, in the same order.
         schema: The Spark schema the files are read with, with field ids in its metadata when native (top-level
             ``uuid`` columns as ``binary``: see ``uuid_columns``).
         dirty: The planned data files that have position deletes, with their delete files.
@@ -79,6 +80,7 @@ class NativeReadPlan:
     reason: str
     files: tuple[str, ...]
     schema: Any
+    sizes: tuple[int, ...] = ()
     dirty: tuple[DirtyFile, ...] = ()
     io: Any = None
     uuid_columns: tuple[str, ...] = ()
@@ -245,7 +247,8 @@ def plan_native_read(spark: Any, table: str, *, native: bool | str = "auto", **o
         return NativeReadPlan(opts.table, point.label, False, reason, (), schema)
     uuids = tuple(f.name for f in point.schema.fields if isinstance(f.field_type, UUIDType))
     ids = _with_field_ids(_uuids_as_binary(schema, uuids), point.schema.as_struct())
-    return NativeReadPlan(opts.table, point.label, True, "", paths, ids, dirty_files(tasks), iceberg.io, uuids)
+    sizes = tuple(t.file.file_size_in_bytes for t in tasks)
+    return NativeReadPlan(opts.table, point.label, True, "", paths, ids, sizes, dirty_files(tasks), iceberg.io, uuids)
 
 
 def _uuids_as_binary(schema: Any, uuids: Sequence[str]) -> Any:
@@ -321,7 +324,9 @@ def read_table(spark: Any, table: str, *, native: bool | str = "auto", **options
         if not plan.dirty:
             return _uuid_strings(reader.parquet(*plan.files), plan.uuid_columns)
         try:
-            return _uuid_strings(apply_deletes(spark, plan.io, reader, plan.files, plan.dirty), plan.uuid_columns)
+            return _uuid_strings(
+                apply_deletes(spark, plan.io, reader, plan.files, plan.sizes, plan.dirty), plan.uuid_columns
+            )
         except NameMismatch as e:
             if native is True:
                 with marked_errors():

@@ -67,3 +67,26 @@ def test_no_delete_files_and_no_dirty_files(tmp_path: Path) -> None:
 def test_files_on_two_filesystems_are_read_one_by_one(tmp_path: Path) -> None:
     """No one pyarrow filesystem holds them all: each goes through the FileIO."""
     assert delete_positions._arrow_paths(LeanFileIO(), ["/a/d1.parquet", "s3://bucket/d2.parquet"]) is None
+
+
+def test_a_delete_file_read_once_is_not_read_again_and_the_upserts_cache_shares_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Delete files are immutable: the second read of a state reads nothing; an upsert's lookup finds them kept."""
+    from pyspark_fenced_sink.iceberg.commit import key_index
+
+    dirty, expected = _state(tmp_path)
+    first = collected_positions(LeanFileIO(), dirty)
+    reads: list[Any] = []
+    real = delete_positions._read
+    monkeypatch.setattr(delete_positions, "_read", lambda io, paths: reads.append(paths) or real(io, paths))
+    again = collected_positions(LeanFileIO(), dirty)
+    assert reads == [] and [p.tolist() for p in again] == [p.tolist() for p in first]
+    assert [sorted(p.tolist()) for p in again] == expected
+    a, d4 = dirty[0].path, dirty[0].delete_files[1]
+    kept = key_index.known_delete_positions([d4])
+    assert {k: v.tolist() for k, v in kept[d4].items()} == {a: [4], "file:///wh/data/c.parquet": [9]}
+    # one new delete file: only it is read
+    d5 = _delete_file(tmp_path / "d5.parquet", [(a, 6), (a, 6)])  # a position named twice counts once
+    grown = collected_positions(LeanFileIO(), [_Dirty(a, (*dirty[0].delete_files, d5))])
+    assert reads == [[d5]] and sorted(grown[0].tolist()) == [0, 3, 4, 6]

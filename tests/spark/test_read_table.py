@@ -286,23 +286,71 @@ def _ids(df: Any) -> list[int]:
     return sorted(r.id for r in df.collect())
 
 
+def _sized_table(session: Any, wh: str, table_name: str, rows: list[int]) -> tuple[Any, int]:
+    """One data file per entry of ``rows`` holding that many rows (so sizes differ), each with its first row deleted."""
+    schema = T.StructType([T.StructField("id", T.LongType(), False)])
+    start = 0
+    for count in rows:
+        df = session.createDataFrame([(i,) for i in range(start, start + count)], schema).coalesce(1)
+        df.write.format("fencedlake").mode("append").option("warehouse", wh).save(table_name)
+        start += count
+    table = embedded_catalog(wh).load_table(table_name)
+    files = list(table.scan().plan_files())
+    assert len({t.file.file_size_in_bytes for t in files}) == len(files) == len(rows)
+    table = commit_deletes(table, [position_delete_file(table, t.file.file_path, [0]) for t in files])
+    return table, sum(rows) - len(rows)
+
+
+def _keyed_by(df: Any) -> str:
+    """Which key the bitmap filter of ``df``'s plan looks its rows' files up by."""
+    executed = df._jdf.queryExecution().executedPlan().toString()
+    assert "UnsafeArrayData" in executed and "BroadcastHashJoin" not in executed
+    return "name" if "hash(" in executed else "size"
+
+
+@pytest.mark.parametrize("key", ["size", "name"])
 def test_the_bitmap_finds_every_file_by_probing_past_its_home_slot(
-    session: Any, wh: str, monkeypatch: pytest.MonkeyPatch
+    session: Any, wh: str, key: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Four files in one home slot (a table of one slot and its spill slots): each row finds its file by probing."""
-    table, kept = _dirty_table(session, wh, "db.probed", delete_bitmap._PROBES)
-    monkeypatch.setattr(delete_bitmap, "_slots", lambda hashes: list(range(len(hashes))))
-    df = read_table(session, "db.probed", warehouse=wh, native=True)
-    assert "BroadcastHashJoin" not in df._jdf.queryExecution().executedPlan().toString()
+    """Four files in one home slot (a table of one slot and its spill slots): each row finds its file by probing,
+    by size (the files' sizes differ) or by name (they share one)."""
+    if key == "size":
+        table, kept = _sized_table(session, wh, "db.probed_size", [5, 7, 9, 11])
+    else:
+        table, kept = _dirty_table(session, wh, "db.probed_name", delete_bitmap._PROBES)
+    monkeypatch.setattr(delete_bitmap, "_open_addressed", lambda keys: list(range(len(keys))))
+    df = read_table(session, f"db.probed_{key}", warehouse=wh, native=True)
+    assert _keyed_by(df) == key
     assert _ids(df) == sorted(r["id"] for r in table.scan().to_arrow().to_pylist())
     assert len(_ids(df)) == kept
+
+
+def test_a_stored_size_that_is_not_the_manifests_fails_the_read(
+    session: Any, wh: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rows find their file by the stored file's size: a size the manifest does not record fails, never a wrong row."""
+    from pyspark_fenced_sink.spark import native_read
+
+    _sized_table(session, wh, "db.resized", [5, 7])
+    real = native_read.apply_deletes
+    monkeypatch.setattr(
+        native_read,
+        "apply_deletes",
+        lambda spark, io, reader, files, sizes, dirty: real(
+            spark, io, reader, files, [sizes[0] + 1, *sizes[1:]], dirty
+        ),
+    )
+    df = read_table(session, "db.resized", warehouse=wh, native=True)
+    assert _keyed_by(df) == "size"
+    with pytest.raises(Exception, match="size is not the one its manifest records"):
+        df.collect()
 
 
 def test_names_the_slots_cannot_hold_or_a_hash_spark_disagrees_with_are_anti_joined(
     session: Any, wh: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """More names sharing a hash than probes, or a driver hash that is not Spark's: the anti-join, exact rows."""
-    assert delete_bitmap._slots([7] * (delete_bitmap._PROBES + 1)) is None
+    assert delete_bitmap._open_addressed([7] * (delete_bitmap._PROBES + 1)) is None
     table, kept = _dirty_table(session, wh, "db.collide", delete_bitmap._PROBES + 2)
     expected = sorted(r["id"] for r in table.scan().to_arrow().to_pylist())
     real = delete_bitmap.spark_hash
@@ -333,23 +381,24 @@ def test_spark_hash_is_sparks_own_hash_of_a_file_name(session: Any) -> None:
     assert [(r.n, delete_bitmap.spark_hash(r.n)) for r in rows] == [(r.n, r.h) for r in rows]
 
 
+@pytest.mark.parametrize("key", ["size", "name"])
 def test_a_file_holding_more_rows_than_its_manifest_records_fails_the_read(
-    session: Any, wh: str, monkeypatch: pytest.MonkeyPatch
+    session: Any, wh: str, key: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The bitmap gives each file the bits of its recorded rows: a row past them fails the read, never a wrong row."""
     from pyspark_fenced_sink.spark import native_read
 
-    schema = T.StructType([T.StructField("id", T.LongType(), False)])
-    _write(session, wh, "db.miscounted", [(i,) for i in range(10)], schema)
-    _write(session, wh, "db.miscounted", [(i,) for i in range(10, 20)], schema)
-    table = embedded_catalog(wh).load_table("db.miscounted")
-    files = sorted(t.file.file_path for t in table.scan().plan_files())
-    commit_deletes(table, [position_delete_file(table, f, [1]) for f in files])
+    name = f"db.miscounted_{key}"
+    if key == "size":
+        _sized_table(session, wh, name, [10, 80])
+    else:
+        _dirty_table(session, wh, name, 2)
     real = native_read.dirty_files
     monkeypatch.setattr(
         native_read, "dirty_files", lambda tasks: tuple(replace(f, record_count=2) for f in real(tasks))
     )
-    df = read_table(session, "db.miscounted", warehouse=wh, native=True)
+    df = read_table(session, name, warehouse=wh, native=True)
+    assert _keyed_by(df) == key
     with pytest.raises(Exception, match="more rows than its manifest records"):
         df.collect()
 

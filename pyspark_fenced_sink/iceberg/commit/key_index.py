@@ -5,7 +5,8 @@
   matches; files without field ids through the table's name mapping), cast to the
   table's current types, with each row's position;
 * :func:`delete_positions` — the positions a position delete file deletes, per
-  data file path;
+  data file path (``read_table``'s native path keeps and reuses them too:
+  :func:`known_delete_positions`, :func:`keep_delete_positions`);
 * :func:`manifest_entries` — a manifest's live entries.
 
 Data files, delete files and manifests are immutable once written, so each is
@@ -45,7 +46,9 @@ __all__ = [
     "Unreadable",
     "column_name",
     "delete_positions",
+    "keep_delete_positions",
     "key_table",
+    "known_delete_positions",
     "manifest_entries",
     "physical",
 ]
@@ -83,18 +86,30 @@ class _ByteLru:
         self._lock = threading.Lock()
 
     def get(self, key: Any, load: Callable[[], tuple[T, int]], reads: Reads, manifest: bool = False) -> T:
-        with self._lock:
-            found = self._items.get(key)
-            if found is not None:
-                self._items.move_to_end(key)
-                reads.cached += 0 if manifest else 1
-                return found[0]  # type: ignore[no-any-return]
+        found = self.peek(key)
+        if found is not None:
+            reads.cached += 0 if manifest else 1
+            return found  # type: ignore[no-any-return]
         value, size = load()
         if manifest:
             reads.manifests += 1
         else:
             reads.files += 1
             reads.bytes += size
+        self.put(key, value, size)
+        return value
+
+    def peek(self, key: Any) -> Any:
+        """The value kept for ``key`` (now the most recently used), or None."""
+        with self._lock:
+            found = self._items.get(key)
+            if found is None:
+                return None
+            self._items.move_to_end(key)
+            return found[0]
+
+    def put(self, key: Any, value: Any, size: int) -> None:
+        """Keep ``value`` (``size`` bytes) for ``key`` unless a value is kept for it; evict the least recently used."""
         with self._lock:
             if key not in self._items:
                 self._items[key] = (value, size)
@@ -102,7 +117,6 @@ class _ByteLru:
             while self._bytes > self.max_bytes and len(self._items) > 1:
                 _, (_, dropped) = self._items.popitem(last=False)
                 self._bytes -= dropped
-        return value
 
     def clear(self) -> None:
         with self._lock:
@@ -232,6 +246,17 @@ def delete_positions(io: FileIO, delete_file: DataFile, reads: Reads) -> dict[st
     """
     path = delete_file.file_path
     return _DELETES.get(path, lambda: _load_positions(io, path), reads)
+
+
+def known_delete_positions(paths: Sequence[str]) -> dict[str, dict[str, np.ndarray]]:
+    """What :func:`delete_positions` keeps for those of ``paths`` read before in this process (reads nothing)."""
+    known = {path: _DELETES.peek(path) for path in paths}
+    return {path: positions for path, positions in known.items() if positions is not None}
+
+
+def keep_delete_positions(path: str, positions: dict[str, np.ndarray]) -> None:
+    """Keep a position delete file's positions read elsewhere (data file path -> sorted distinct positions)."""
+    _DELETES.put(path, positions, sum(p.nbytes for p in positions.values()) + sum(len(k) for k in positions))
 
 
 def manifest_entries(io: FileIO, manifest: ManifestFile, reads: Reads) -> list[ManifestEntry]:
