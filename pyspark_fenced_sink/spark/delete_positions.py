@@ -85,34 +85,6 @@ def _read(io: Any, paths: Sequence[str]) -> tuple[Any, Any]:
     return pa.concat_tables(tables) if tables else schema.empty_table(), owner
 
 
-def _by_delete_file(table: Any, owner: Any, paths: Sequence[str]) -> dict[str, dict[str, Any]]:
-    """Each of ``paths``: data file path -> its sorted distinct positions (``owner``: each row's index in ``paths``).
-
-    Rows without a ``file_path`` name no data file and are dropped; a null ``pos`` reads as -1 (no row has it).
-    """
-    import numpy as np
-
-    names = table.column("file_path").combine_chunks().dictionary_encode()
-    data_names = names.dictionary.to_pylist()
-    codes = np.asarray(names.indices.fill_null(-1), np.int64)
-    positions = np.asarray(table.column("pos").combine_chunks().fill_null(-1), np.int64)
-    named = codes >= 0
-    group = np.asarray(owner, np.int64)[named] * max(1, len(data_names)) + codes[named]
-    positions = positions[named]
-    order = np.lexsort((positions, group))
-    group, positions = group[order], positions[order]
-    distinct = np.ones(len(group), bool)
-    distinct[1:] = (group[1:] != group[:-1]) | (positions[1:] != positions[:-1])
-    group, positions = group[distinct], positions[distinct]
-    starts = np.flatnonzero(np.r_[True, group[1:] != group[:-1]]).tolist() if len(group) else []
-    ends = [*starts[1:], len(group)] if starts else []
-    out: dict[str, dict[str, Any]] = {p: {} for p in paths}
-    for start, end in zip(starts, ends, strict=True):
-        number, code = divmod(int(group[start]), max(1, len(data_names)))
-        out[paths[number]][data_names[code]] = positions[start:end]
-    return out
-
-
 def collected_positions(io: Any, dirty: Sequence[Scoped]) -> list[Any]:
     """Each dirty file's deleted row positions: one int64 numpy array per file of ``dirty``, in file order.
 
@@ -121,14 +93,18 @@ def collected_positions(io: Any, dirty: Sequence[Scoped]) -> list[Any]:
     """
     import numpy as np
 
-    from pyspark_fenced_sink.iceberg.commit.key_index import keep_delete_positions, known_delete_positions
+    from pyspark_fenced_sink.iceberg.commit.key_index import (
+        keep_delete_positions,
+        known_delete_positions,
+        positions_by_data_file,
+    )
 
     paths = sorted({p for f in dirty for p in f.delete_files})
     known = known_delete_positions(paths)
     missing = [p for p in paths if p not in known]
     if missing:
         table, owner = _read(io, missing)
-        for path, positions in _by_delete_file(table, owner, missing).items():
+        for path, positions in positions_by_data_file(table, owner, missing).items():
             keep_delete_positions(path, positions)
             known[path] = positions
     empty = np.empty(0, np.int64)

@@ -5,7 +5,8 @@
   matches; files without field ids through the table's name mapping), cast to the
   table's current types, with each row's position;
 * :func:`delete_positions` — the positions a position delete file deletes, per
-  data file path (``read_table``'s native path keeps and reuses them too:
+  data file path (:func:`positions_by_data_file`; ``read_table``'s native path
+  decodes many delete files at once the same way, and keeps and reuses them too:
   :func:`known_delete_positions`, :func:`keep_delete_positions`);
 * :func:`manifest_entries` — a manifest's live entries.
 
@@ -51,6 +52,7 @@ __all__ = [
     "known_delete_positions",
     "manifest_entries",
     "physical",
+    "positions_by_data_file",
 ]
 
 #: Bytes each cache (key columns, delete positions, manifests) may hold in one process.
@@ -226,16 +228,37 @@ def key_table(
     return _KEYS.get(key, lambda: _load_keys(io, path, ids, types, mapping), reads)
 
 
+def positions_by_data_file(table: pa.Table, owner: Any, paths: Sequence[str]) -> dict[str, dict[str, np.ndarray]]:
+    """Position delete rows (``file_path``, ``pos``) per delete file of ``paths``: data file path -> sorted positions.
+
+    ``owner``: each row's index in ``paths``. Each data file's positions are distinct. Rows without a
+    ``file_path`` name no data file and are dropped; a null ``pos`` reads as -1 (no row has it).
+    """
+    names = table.column("file_path").combine_chunks().dictionary_encode()
+    data_names = names.dictionary.to_pylist()
+    codes = np.asarray(names.indices.fill_null(-1), np.int64)
+    positions = np.asarray(table.column("pos").combine_chunks().fill_null(-1), np.int64)
+    named = codes >= 0
+    group = np.asarray(owner, np.int64)[named] * max(1, len(data_names)) + codes[named]
+    positions = positions[named]
+    order = np.lexsort((positions, group))
+    group, positions = group[order], positions[order]
+    distinct = np.ones(len(group), bool)
+    distinct[1:] = (group[1:] != group[:-1]) | (positions[1:] != positions[:-1])
+    group, positions = group[distinct], positions[distinct]
+    starts = np.flatnonzero(np.r_[True, group[1:] != group[:-1]]).tolist() if len(group) else []
+    ends = [*starts[1:], len(group)] if starts else []
+    out: dict[str, dict[str, np.ndarray]] = {p: {} for p in paths}
+    for start, end in zip(starts, ends, strict=True):
+        number, code = divmod(int(group[start]), max(1, len(data_names)))
+        out[paths[number]][data_names[code]] = positions[start:end]
+    return out
+
+
 def _load_positions(io: FileIO, path: str) -> tuple[dict[str, np.ndarray], int]:
     with _open(io, path) as stream:
         table = pq.ParquetFile(stream).read(columns=["file_path", "pos"])
-    out: dict[str, np.ndarray] = {}
-    grouped = table.group_by("file_path").aggregate([("pos", "list")])
-    for target, positions in zip(
-        grouped.column("file_path").to_pylist(), grouped.column("pos_list").to_pylist(), strict=True
-    ):
-        out[str(target)] = np.unique(np.asarray(positions, dtype=np.int64))
-    return out, table.nbytes
+    return positions_by_data_file(table, np.zeros(table.num_rows, np.int64), [path])[path], table.nbytes
 
 
 def delete_positions(io: FileIO, delete_file: DataFile, reads: Reads) -> dict[str, np.ndarray]:
