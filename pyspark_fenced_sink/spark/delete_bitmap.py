@@ -41,7 +41,6 @@ _MAX_SLOTS_PER_FILE = 64
 _HASH_PROBES = ("", "a", "ab", "abc", "abcd", "file:/w/\u00e9.parquet", "s3://b/\u4e2d-\U0001f600.parquet")
 _HASH_AGREES: dict[str, bool] = {}
 _JVM_CLASSES: dict[int, tuple[Any, ...]] = {}
-_JVM_FUNCTIONS: dict[int, Any] = {}
 _MASK32 = 0xFFFFFFFF
 #: A slot's first word for a file without deletes (its rows are kept), and for an empty slot.
 _CLEAN = -1
@@ -94,7 +93,10 @@ def _open_addressed(keys: Sequence[int]) -> list[int | None] | None:
 
 
 def _jvm_classes(spark: Any) -> tuple[Any, ...]:
-    """The JVM classes :func:`_long_array` uses, looked up once per gateway (each package step is a py4j call)."""
+    """The JVM classes :func:`_long_array` and :func:`_kept` use, looked up once per gateway.
+
+    Each package step is a py4j call; the last is Spark's ``functions`` as :class:`_Functions`.
+    """
     jvm = spark._jvm
     key = id(jvm)
     if key not in _JVM_CLASSES:
@@ -108,7 +110,7 @@ def _jvm_classes(spark: Any) -> tuple[Any, ...]:
             types.createArrayType(types.LongType, False),
             jvm.org.apache.spark.sql.classic.ExpressionColumnNode,
             jvm.org.apache.spark.sql.Column,
-            jvm.org.apache.spark.sql.functions,
+            _Functions(jvm.org.apache.spark.sql.functions),
         )
     return _JVM_CLASSES[key]
 
@@ -131,11 +133,7 @@ class _Functions:
 
 def _functions(spark: Any) -> _Functions:
     """The :class:`_Functions` of ``spark``'s gateway (kept while the gateway is)."""
-    key = id(spark._jvm)
-    if key not in _JVM_FUNCTIONS:
-        _JVM_FUNCTIONS.clear()
-        _JVM_FUNCTIONS[key] = _Functions(_jvm_classes(spark)[-1])
-    return _JVM_FUNCTIONS[key]  # type: ignore[no-any-return]
+    return _jvm_classes(spark)[-1]  # type: ignore[no-any-return]
 
 
 def _long_array(spark: Any, values: Any) -> Any:
@@ -164,16 +162,6 @@ def _mix(h1: int, k1: int) -> int:
     return (h1 * 5 + 0xE6546B64) & _MASK32
 
 
-def _finish(h1: int, length: int) -> int:
-    h1 ^= length
-    h1 ^= h1 >> 16
-    h1 = (h1 * 0x85EBCA6B) & _MASK32
-    h1 ^= h1 >> 13
-    h1 = (h1 * 0xC2B2AE35) & _MASK32
-    h1 ^= h1 >> 16
-    return h1 - (1 << 32) if h1 >= 1 << 31 else h1
-
-
 def spark_hash(name: str) -> int:
     """Spark's ``hash(name)`` (Murmur3 x86_32, seed 42, as Spark applies it to a string's UTF-8 bytes).
 
@@ -187,7 +175,13 @@ def spark_hash(name: str) -> int:
         h1 = _mix(h1, word)
     for byte in data[aligned:]:
         h1 = _mix(h1, (byte - 256 if byte > 127 else byte) & _MASK32)
-    return _finish(h1, len(data))
+    h1 ^= len(data)
+    h1 ^= h1 >> 16
+    h1 = (h1 * 0x85EBCA6B) & _MASK32
+    h1 ^= h1 >> 13
+    h1 = (h1 * 0xC2B2AE35) & _MASK32
+    h1 ^= h1 >> 16
+    return h1 - (1 << 32) if h1 >= 1 << 31 else h1
 
 
 def _hash_agrees(spark: Any) -> bool:
