@@ -110,11 +110,13 @@ def interleaved(
     *,
     warmup: bool = True,
     log: Callable[[str], None] = print,
+    warm_rounds: int = 1,
 ) -> dict[str, list[float]]:
     """Run every variant once per round, ``reps`` rounds, alternating the order (ABC, CBA, ABC...).
 
     Each variant is ``fn(rep) -> seconds`` (it times itself so that setup and
-    verification stay out of the measurement; rep is -1 for the warm-up round).
+    verification stay out of the measurement; rep is -1 for the ``warm_rounds``
+    warm-up rounds, run first and not returned when ``warmup``).
     Alternating the order cancels a linear drift of the machine (page cache,
     a neighbour's load) between the first and the last variant of a round.
 
@@ -122,7 +124,7 @@ def interleaved(
         Variant name -> measured seconds, one per round, in round order.
     """
     samples: dict[str, list[float]] = {name: [] for name, _ in variants}
-    rounds = ([-1] if warmup else []) + list(range(reps))
+    rounds = ([-1] * warm_rounds if warmup else []) + list(range(reps))
     for r in rounds:
         order = list(variants) if r < 0 or r % 2 == 0 else list(reversed(variants))
         for name, fn in order:

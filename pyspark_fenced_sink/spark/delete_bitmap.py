@@ -2,12 +2,15 @@
 
 Used by ``spark.native_deletes`` for the usual state (see its docstring for when). Dirty data file *i* (one
 with deletes) owns the bits from word ``base_i`` of one bitmap of its deleted row positions (its first bit
-on a word boundary, so a row's word is ``base_i + row_index / 64``). Each row finds its file in a small
-open-addressed slot table (a key within 4 slots of its hash's home; the table doubles until every key fits):
+on a word boundary, so a row's word is ``base_i + row_index / 64``). Each row finds its file in a small slot
+table: a direct one where some length gives every key its own slot (``key mod length``: one lookup per row),
+else open-addressed (a key within 4 slots of its hash's home; the table doubles until every key fits):
 
-* **by size** where no file with deletes shares its recorded ``file_size_in_bytes`` with another planned
-  file: every planned file's size has a slot, and a row looks up ``_metadata.file_size``, a number Spark
-  holds per file (no per-row string work: the usual case, and the faster filter);
+* **by size** where at most :data:`_NAMED_MAX` planned files share their recorded ``file_size_in_bytes``
+  with a file with deletes: every other planned size has a slot, and a row looks up ``_metadata.file_size``,
+  a number Spark holds per file (no per-row string work: the usual case, and the faster filter); a row whose
+  size is in no slot compares ``_metadata.file_path`` with the names of the files sharing a size (only those
+  rows compare names);
 * **by name** otherwise: the files with deletes, keyed by Spark's ``hash`` of ``_metadata.file_path``
   (the driver's copy of that string hash is checked against Spark's own once per Spark version); a name in
   no slot is a clean file's.
@@ -35,6 +38,11 @@ logger = logging.getLogger(__name__)
 
 #: Slots a key may sit past the slot its hash names (open addressing; the table doubles until they do).
 _PROBES = 4
+#: Keys a direct table (one slot per key, no probing) is searched for, and its length's bound per key.
+_DIRECT_MAX_KEYS = 128
+_DIRECT_SPAN = 9
+#: Planned files sharing a size with a file with deletes that a read by size tells apart by name (more: by name).
+_NAMED_MAX = 8
 #: A slot table's size bound, per key (past it the anti-join is used).
 _MAX_SLOTS_PER_FILE = 64
 #: Names whose Spark hash :func:`spark_hash` is checked against Spark's own once per process and Spark version.
@@ -69,6 +77,30 @@ def _bitmap_words(record_counts: Sequence[int], positions: Sequence[Any]) -> tup
     words = np.zeros(word, np.uint64)
     np.bitwise_or.at(words, every >> 6, np.left_shift(np.uint64(1), (every & 63).astype(np.uint64)))
     return bases, words.view(np.int64)
+
+
+def _direct(keys: Sequence[int]) -> list[int | None] | None:
+    """A table of ``keys``' indexes in which i sits at slot ``keys[i] mod len(table)``: one lookup, no probing.
+
+    The shortest such length from ``len(keys)`` up to :data:`_DIRECT_SPAN` times it, or None (also past
+    :data:`_DIRECT_MAX_KEYS` keys, where one is unlikely to exist and the search would cost more than it saves).
+    ``keys`` are distinct.
+    """
+    import numpy as np
+
+    if len(keys) > _DIRECT_MAX_KEYS:
+        return None
+    if not keys:
+        return [None]
+    values = np.asarray(keys, np.int64)
+    for size in range(len(keys), _DIRECT_SPAN * len(keys) + 1):
+        homes = values % size
+        if np.unique(homes).size == len(keys):
+            table: list[int | None] = [None] * size
+            for index, home in enumerate(homes.tolist()):
+                table[home] = index
+            return table
+    return None
 
 
 def _open_addressed(keys: Sequence[int]) -> list[int | None] | None:
@@ -227,46 +259,67 @@ class _Slots:
     """A slot table's columns: each slot's key (a size or a name), first bitmap word (or :data:`_CLEAN`) and rows.
 
     ``by_size``: keyed by ``_metadata.file_size`` (every planned file's size), else by ``_metadata.file_path``
-    (the files with deletes only); ``home_size``: the length a key's hash is taken modulo (less the spill slots).
+    (the files with deletes only). ``modulus``: the length a key's hash is taken modulo; ``probes``: the slots a
+    key may sit in from its home (1: a direct table). ``names``: by size, the files sharing a size with a file
+    with deletes (their size has no slot), each with an entry after the slots (entry
+    ``len(keys) - len(names) + j`` is ``names[j]``'s).
     """
 
     by_size: bool
     keys: list[Any]
     bases: list[int]
     counts: list[int]
-
-    @property
-    def home_size(self) -> int:
-        return len(self.keys) - (_PROBES - 1)
+    modulus: int
+    probes: int
+    names: tuple[str, ...] = ()
 
 
 def _table(
-    by_size: bool, keys: Sequence[Any], homes: Sequence[int], bases: Sequence[int], counts: Sequence[int]
+    by_size: bool,
+    keys: Sequence[Any],
+    homes: Sequence[int],
+    bases: Sequence[int],
+    counts: Sequence[int],
+    named: Sequence[tuple[ScannedFile, int]] = (),
 ) -> _Slots | None:
-    slots = _open_addressed(homes)
+    """The :class:`_Slots` of ``keys`` (placed by ``homes``), then an entry per ``named`` (file, first word)."""
+    probes, slots = 1, _direct(homes)
+    if slots is None:
+        probes, slots = _PROBES, _open_addressed(homes)
     if slots is None:
         return None
     empty = -1 if by_size else ""
     return _Slots(
         by_size,
-        [empty if i is None else keys[i] for i in slots],
-        [_CLEAN if i is None else bases[i] for i in slots],
-        [0 if i is None else counts[i] for i in slots],
+        [empty if i is None else keys[i] for i in slots] + [f.size for f, _ in named],
+        [_CLEAN if i is None else bases[i] for i in slots] + [base for _, base in named],
+        [0 if i is None else counts[i] for i in slots] + [f.record_count for f, _ in named],
+        len(slots) - (probes - 1),
+        probes,
+        tuple(f.name for f, _ in named),
     )
 
 
 def _layout(files: Sequence[ScannedFile], bases: dict[int, int]) -> _Slots | None:
-    """The slot table for ``files``: by size unless a file with deletes shares its size; None if it cannot be built.
+    """The slot table for ``files`` (by size unless too many share a size with a file with deletes), or None.
 
-    ``bases``: the first bitmap word of each dirty file (by index into ``files``).
+    None where it cannot be built. ``bases``: the first bitmap word of each dirty file (by index into ``files``).
     """
     by_size: dict[int, list[int]] = {}
     for index, f in enumerate(files):
         by_size.setdefault(f.size, []).append(index)
-    if all(len(same) == 1 or not any(i in bases for i in same) for same in by_size.values()) and min(by_size) >= 0:
-        first = [same[0] for same in by_size.values()]  # a shared size's files are all clean
-        counts = [files[i].record_count for i in first]
-        return _table(True, list(by_size), list(by_size), [bases.get(i, _CLEAN) for i in first], counts)
+    named = [i for same in by_size.values() if len(same) > 1 and any(i in bases for i in same) for i in same]
+    if len(named) <= _NAMED_MAX and min(by_size) >= 0:
+        first = [same[0] for same in by_size.values() if same[0] not in named]  # a shared size's files: all clean
+        sizes = [files[i].size for i in first]
+        return _table(
+            True,
+            sizes,
+            sizes,
+            [bases.get(i, _CLEAN) for i in first],
+            [files[i].record_count for i in first],
+            [(files[i], bases.get(i, _CLEAN)) for i in named],
+        )
     dirty = sorted(bases)
     names = [files[i].name for i in dirty]
     return _table(
@@ -287,8 +340,7 @@ def bitmap_filter(spark: Any, scan: Any, files: Sequence[ScannedFile]) -> Any:
     separator = "" if table.by_size else _separator(table.keys)
     if separator is None or (not table.by_size and not _hash_agrees(spark)):
         return None
-    masks = np.left_shift(np.ones(64, np.uint64), np.arange(64, dtype=np.uint64)).view(np.int64)
-    parts = {"masks": masks, "bases": table.bases, "counts": table.counts}
+    parts = {"bases": table.bases, "counts": table.counts}
     if table.by_size:
         parts["keys"] = table.keys
     small = {label: np.asarray(values, np.int64) for label, values in parts.items()}
@@ -332,26 +384,32 @@ def _kept(f: Any, longs: _Longs, table: _Slots, separator: str) -> Any:
     row = f.col("_metadata.row_index")
     if table.by_size:
         key = f.col("_metadata.file_size")
-        home = f.pmod(key, f.lit(table.home_size))
+        home = f.pmod(key, f.lit(table.modulus)).cast("int")
 
         def key_at(slot: Any) -> Any:
             return longs.at("keys", slot)
 
     else:
         key = f.col("_metadata.file_path")
-        home = f.pmod(f.expr("hash(_metadata.file_path)"), f.lit(table.home_size))
+        home = f.pmod(f.expr("hash(_metadata.file_path)"), f.lit(table.modulus))
         names = f.split(f.lit(separator.join(table.keys)), separator)
 
         def key_at(slot: Any) -> Any:
             return f.get(names, slot)
 
     found = f.when(key_at(home).equalTo(key), home)  # the slot holding this row's key; null: none does
-    for k in range(1, _PROBES):
+    for k in range(1, table.probes):
         probe = home.plus(f.lit(k))
         found = found.when(key_at(probe).equalTo(key), probe)
+    if table.names:  # a size in no slot: the row's entry by its file's name (only these rows compare names)
+        path, first = f.col("_metadata.file_path"), len(table.keys) - len(table.names)
+        entry = f.when(path.equalTo(f.lit(table.names[0])), f.lit(first))
+        for j, name in enumerate(table.names[1:], start=first + 1):
+            entry = entry.when(path.equalTo(f.lit(name)), f.lit(j))
+        found = f.when(found.isNull(), entry).otherwise(found)
     base = longs.at("bases", found)
     word = longs.at("words", base.plus(f.shiftright(row, 6)).cast("int"))
-    unset = word.bitwiseAND(longs.at("masks", row.bitwiseAND(f.lit(63)).cast("int"))).equalTo(f.lit(0))
+    unset = f.bit_get(word, row.bitwiseAND(f.lit(63)).cast("int")).equalTo(f.lit(0))
     missing = f.raise_error(f.lit(_SIZE_DIFFERS)) if table.by_size else f.lit(True)  # by name: a clean file
     return (
         f.when(found.isNull(), missing)

@@ -301,6 +301,21 @@ def _sized_table(session: Any, wh: str, table_name: str, rows: list[int]) -> tup
     return table, sum(rows) - len(rows)
 
 
+def _sized_table_more(session: Any, wh: str, table_name: str, rows: list[int], deleted: list[int]) -> None:
+    """One more data file per entry of ``rows`` holding that many rows, each with its rows ``deleted`` deleted."""
+    schema = T.StructType([T.StructField("id", T.LongType(), False)])
+    before = {t.file.file_path for t in embedded_catalog(wh).load_table(table_name).scan().plan_files()}
+    start = 1_000 + 100 * len(before)
+    for count in rows:
+        df = session.createDataFrame([(i,) for i in range(start, start + count)], schema).coalesce(1)
+        df.write.format("fencedlake").mode("append").option("warehouse", wh).save(table_name)
+        start += count
+    table = embedded_catalog(wh).load_table(table_name)
+    added = [t.file.file_path for t in table.scan().plan_files() if t.file.file_path not in before]
+    if deleted:
+        commit_deletes(table, [position_delete_file(table, p, deleted) for p in added])
+
+
 def _keyed_by(df: Any) -> str:
     """Which key the bitmap filter of ``df``'s plan looks its rows' files up by."""
     executed = df._jdf.queryExecution().executedPlan().toString()
@@ -318,11 +333,53 @@ def test_the_bitmap_finds_every_file_by_probing_past_its_home_slot(
         table, kept = _sized_table(session, wh, "db.probed_size", [5, 7, 9, 11])
     else:
         table, kept = _dirty_table(session, wh, "db.probed_name", delete_bitmap._PROBES)
+        monkeypatch.setattr(delete_bitmap, "_NAMED_MAX", 0)
+    monkeypatch.setattr(delete_bitmap, "_direct", lambda keys: None)
     monkeypatch.setattr(delete_bitmap, "_open_addressed", lambda keys: list(range(len(keys))))
     df = read_table(session, f"db.probed_{key}", warehouse=wh, native=True)
     assert _keyed_by(df) == key
     assert _ids(df) == sorted(r["id"] for r in table.scan().to_arrow().to_pylist())
     assert len(_ids(df)) == kept
+
+
+def test_a_direct_table_gives_each_key_its_own_slot_at_the_shortest_length() -> None:
+    """One lookup per row: key i at ``key mod length``, the shortest such length; none found past the bounds."""
+    keys = [245_886, 245_930, 13, 1_000_003, 77]
+    table = delete_bitmap._direct(keys)
+    assert table is not None and sorted(i for i in table if i is not None) == list(range(len(keys)))
+    assert all(table[k % len(table)] == i for i, k in enumerate(keys))
+    assert all(len({k % m for k in keys}) < len(keys) for m in range(len(keys), len(table)))
+    assert delete_bitmap._direct([]) == [None]
+    assert delete_bitmap._direct([0, 1, 2, 3, 4, 5, 6, 7]) == list(range(8))
+    assert delete_bitmap._direct([7, 7 + math.lcm(*range(2, 19))]) is None  # equal modulo every length up to 9 x 2
+    assert delete_bitmap._direct(list(range(delete_bitmap._DIRECT_MAX_KEYS + 1))) is None
+    files = [delete_bitmap.ScannedFile(f"f{k}", k, 5) for k in keys]
+    slots = delete_bitmap._layout(files, {})
+    assert slots is not None and (slots.probes, slots.modulus, slots.names) == (1, len(table), ())
+
+
+@pytest.mark.parametrize("key", ["size", "name"])
+def test_files_sharing_a_size_with_a_file_with_deletes_are_told_apart_by_name_in_a_read_by_size(
+    session: Any, wh: str, key: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Files of one size (three with deletes) among files of other sizes: the read stays by size and only the rows
+    of the shared size compare names; past ``_NAMED_MAX`` such files the whole read is by name."""
+    name = f"db.shared_size_{key}"
+    _dirty_table(session, wh, name, 3)
+    _sized_table_more(session, wh, name, [7, 9], deleted=[0])
+    _sized_table_more(session, wh, name, [11], deleted=[])
+    table = embedded_catalog(wh).load_table(name)
+    tasks = list(table.scan().plan_files())
+    dirty_sizes = {t.file.file_size_in_bytes for t in tasks if t.delete_files}
+    shared = [t for t in tasks if sum(u.file.file_size_in_bytes == t.file.file_size_in_bytes for u in tasks) > 1]
+    assert len(shared) == 3 and {t.file.file_size_in_bytes for t in shared} <= dirty_sizes and len(tasks) == 6
+    expected = sorted(r["id"] for r in table.scan().to_arrow().to_pylist())
+    assert len(expected) == 3 * 4 + 6 + 8 + 11
+    monkeypatch.setattr(delete_bitmap, "_NAMED_MAX", len(shared) if key == "size" else len(shared) - 1)
+    df = read_table(session, name, warehouse=wh, native=True)
+    assert _keyed_by(df) == key
+    assert ("file_path" in df._jdf.queryExecution().executedPlan().toString()) is True
+    assert _ids(df) == expected
 
 
 def test_a_stored_size_that_is_not_the_manifests_fails_the_read(
@@ -352,6 +409,7 @@ def test_names_the_slots_cannot_hold_or_a_hash_spark_disagrees_with_are_anti_joi
     """More names sharing a hash than probes, or a driver hash that is not Spark's: the anti-join, exact rows."""
     assert delete_bitmap._open_addressed([7] * (delete_bitmap._PROBES + 1)) is None
     table, kept = _dirty_table(session, wh, "db.collide", delete_bitmap._PROBES + 2)
+    monkeypatch.setattr(delete_bitmap, "_NAMED_MAX", 0)
     expected = sorted(r["id"] for r in table.scan().to_arrow().to_pylist())
     real = delete_bitmap.spark_hash
     for wrong in (lambda name: 7, lambda name: real(name) ^ 1):
@@ -381,7 +439,7 @@ def test_spark_hash_is_sparks_own_hash_of_a_file_name(session: Any) -> None:
     assert [(r.n, delete_bitmap.spark_hash(r.n)) for r in rows] == [(r.n, r.h) for r in rows]
 
 
-@pytest.mark.parametrize("key", ["size", "name"])
+@pytest.mark.parametrize("key", ["size", "named", "name"])
 def test_a_file_holding_more_rows_than_its_manifest_records_fails_the_read(
     session: Any, wh: str, key: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -393,12 +451,13 @@ def test_a_file_holding_more_rows_than_its_manifest_records_fails_the_read(
         _sized_table(session, wh, name, [10, 80])
     else:
         _dirty_table(session, wh, name, 2)
+        monkeypatch.setattr(delete_bitmap, "_NAMED_MAX", 2 if key == "named" else 0)
     real = native_read.dirty_files
     monkeypatch.setattr(
         native_read, "dirty_files", lambda tasks: tuple(replace(f, record_count=2) for f in real(tasks))
     )
     df = read_table(session, name, warehouse=wh, native=True)
-    assert _keyed_by(df) == key
+    assert _keyed_by(df) == ("size" if key == "named" else key)
     with pytest.raises(Exception, match="more rows than its manifest records"):
         df.collect()
 
