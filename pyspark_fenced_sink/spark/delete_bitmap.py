@@ -32,7 +32,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["ScannedFile", "bitmap_filter", "spark_hash"]
+__all__ = ["ScannedFile", "bitmap_filter", "joined_input_files", "spark_hash"]
 
 logger = logging.getLogger(__name__)
 
@@ -125,7 +125,7 @@ def _open_addressed(keys: Sequence[int]) -> list[int | None] | None:
 
 
 def _jvm_classes(spark: Any) -> tuple[Any, ...]:
-    """The JVM classes :func:`_long_array` and :func:`_kept` use, looked up once per gateway.
+    """The JVM classes :func:`_long_array`, :func:`_kept` and :func:`joined_input_files` use, once per gateway.
 
     Each package step is a py4j call; the last is Spark's ``functions`` as :class:`_Functions`.
     """
@@ -142,6 +142,7 @@ def _jvm_classes(spark: Any) -> tuple[Any, ...]:
             types.createArrayType(types.LongType, False),
             jvm.org.apache.spark.sql.classic.ExpressionColumnNode,
             jvm.org.apache.spark.sql.Column,
+            jvm.scala.collection.immutable.ArraySeq,  # Scala 2.13, as every Spark 4 is built
             _Functions(jvm.org.apache.spark.sql.functions),
         )
     return _JVM_CLASSES[key]
@@ -176,7 +177,7 @@ def _long_array(spark: Any, values: Any) -> Any:
     classic session's py4j gateway); None where a Spark version lacks one of them.
     """
     try:
-        byte_buffer, long_buffer, unsafe_array, literal, array_type, column_node, column, _ = _jvm_classes(spark)
+        byte_buffer, long_buffer, unsafe_array, literal, array_type, column_node, column, _, _ = _jvm_classes(spark)
         longs = long_buffer.allocate(len(values))
         longs.put(byte_buffer.wrap(bytearray(values.astype(">i8").tobytes())).asLongBuffer())
         value = literal(unsafe_array.fromPrimitiveArray(longs.array()), array_type)
@@ -184,6 +185,15 @@ def _long_array(spark: Any, values: Any) -> Any:
     except Exception as e:  # noqa: BLE001 - py4j raises several kinds; any of them means "not on this Spark"
         logger.info("fencedlake: no unsafe array literal on this Spark (%s): position deletes are anti-joined", e)
         return None
+
+
+def joined_input_files(df: Any, separator: str) -> str:
+    """``df.inputFiles()`` joined by ``separator`` in the JVM: one py4j round trip, where pyspark makes one per file.
+
+    Classic sessions only; raises what py4j raises where a Spark lacks a class it uses.
+    """
+    array_seq = _jvm_classes(df.sparkSession)[-2]
+    return str(array_seq.unsafeWrapArray(df._jdf.inputFiles()).mkString(separator))
 
 
 def _mix(h1: int, k1: int) -> int:

@@ -504,6 +504,28 @@ def test_a_file_spark_names_otherwise_leaves_the_read_to_the_data_source(
         read_table(session, "db.misnamed", warehouse=wh, native=True)
 
 
+def test_spark_listed_names_come_in_one_round_trip_and_a_name_split_by_the_separator_is_refused(
+    session: Any, wh: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The names Spark lists arrive joined in one string; a listed name holding the separator splits into more
+    names than Spark listed files, and the check refuses it (the read leaves the native path)."""
+    schema = T.StructType([T.StructField("id", T.LongType(), False)])
+    for lo in (0, 10):
+        _write(session, wh, "db.listed", [(i,) for i in range(lo, lo + 10)], schema)
+    paths = [t.file.file_path for t in embedded_catalog(wh).load_table("db.listed").scan().plan_files()]
+    df = session.read.parquet(*[spark_file_name(p) for p in paths])
+    predicted = {listed_name(spark_file_name(p)) for p in paths}
+    assert sorted(native_deletes._input_files(df, predicted)) == sorted(df.inputFiles()) == sorted(predicted)
+    native_deletes._check_names(df, paths)
+    monkeypatch.setattr(native_deletes, "_SEPARATORS", ("~",))  # in every name: pyspark's list, one call per file
+    assert sorted(native_deletes._input_files(df, predicted)) == sorted(predicted)
+    monkeypatch.setattr(native_deletes, "listed_name", lambda name: name.replace("/", ""))
+    monkeypatch.setattr(native_deletes, "_SEPARATORS", ("/",))  # predicted names without it, Spark's with it
+    assert len(native_deletes._input_files(df, {"x"})) > len(paths)
+    with pytest.raises(native_deletes.NameMismatch):
+        native_deletes._check_names(df, paths)
+
+
 def test_a_uuid_column_reads_natively_as_the_data_sources_strings(session: Any, wh: str) -> None:
     """A top-level uuid column: read as its 16 bytes and formatted natively, the data source's strings (nulls too)."""
     schema = Schema(NestedField(1, "id", LongType(), required=True), NestedField(2, "u", UUIDType()))
