@@ -93,14 +93,16 @@ def _direct(keys: Sequence[int]) -> list[int | None] | None:
     if not keys:
         return [None]
     values = np.asarray(keys, np.int64)
-    for size in range(len(keys), _DIRECT_SPAN * len(keys) + 1):
-        homes = values % size
-        if np.unique(homes).size == len(keys):
-            table: list[int | None] = [None] * size
-            for index, home in enumerate(homes.tolist()):
-                table[home] = index
-            return table
-    return None
+    lengths = np.arange(len(keys), _DIRECT_SPAN * len(keys) + 1)
+    homes = np.sort(values % lengths[:, None], axis=1)  # every length at once: one row of homes per length
+    fits = np.flatnonzero((np.diff(homes, axis=1) != 0).all(axis=1))
+    if not fits.size:
+        return None
+    size = int(lengths[fits[0]])
+    table: list[int | None] = [None] * size
+    for index, home in enumerate((values % size).tolist()):
+        table[home] = index
+    return table
 
 
 def _open_addressed(keys: Sequence[int]) -> list[int | None] | None:
