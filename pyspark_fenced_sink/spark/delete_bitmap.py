@@ -30,9 +30,9 @@ import logging
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
-__all__ = ["ScannedFile", "bitmap_filter", "joined_input_files", "spark_hash"]
+__all__ = ["ScannedFile", "bitmap_filter", "free_separator", "joined_input_files", "spark_hash"]
 
 logger = logging.getLogger(__name__)
 
@@ -48,7 +48,7 @@ _MAX_SLOTS_PER_FILE = 64
 #: Names whose Spark hash :func:`spark_hash` is checked against Spark's own once per process and Spark version.
 _HASH_PROBES = ("", "a", "ab", "abc", "abcd", "file:/w/\u00e9.parquet", "s3://b/\u4e2d-\U0001f600.parquet")
 _HASH_AGREES: dict[str, bool] = {}
-_JVM_CLASSES: dict[int, tuple[Any, ...]] = {}
+_JVM_CLASSES: dict[int, _JvmClasses] = {}
 _MASK32 = 0xFFFFFFFF
 #: A slot's first word for a file without deletes (its rows are kept), and for an empty slot.
 _CLEAN = -1
@@ -126,17 +126,28 @@ def _open_addressed(keys: Sequence[int]) -> list[int | None] | None:
     return None
 
 
-def _jvm_classes(spark: Any) -> tuple[Any, ...]:
-    """The JVM classes :func:`_long_array`, :func:`_kept` and :func:`joined_input_files` use, once per gateway.
+class _JvmClasses(NamedTuple):
+    """The JVM classes :func:`_long_array`, :func:`_kept` and :func:`joined_input_files` use."""
 
-    Each package step is a py4j call; the last is Spark's ``functions`` as :class:`_Functions`.
-    """
+    byte_buffer: Any
+    long_buffer: Any
+    unsafe_array: Any
+    literal: Any
+    long_array_type: Any
+    column_node: Any
+    column: Any
+    array_seq: Any  # Scala 2.13's, as every Spark 4 is built
+    functions: _Functions
+
+
+def _jvm_classes(spark: Any) -> _JvmClasses:
+    """:class:`_JvmClasses` of ``spark``'s gateway, looked up once per gateway (each package step is a py4j call)."""
     jvm = spark._jvm
     key = id(jvm)
     if key not in _JVM_CLASSES:
         types = jvm.org.apache.spark.sql.types.DataTypes
         _JVM_CLASSES.clear()
-        _JVM_CLASSES[key] = (
+        _JVM_CLASSES[key] = _JvmClasses(
             jvm.java.nio.ByteBuffer,
             jvm.java.nio.LongBuffer,
             jvm.org.apache.spark.sql.catalyst.expressions.UnsafeArrayData,
@@ -144,7 +155,7 @@ def _jvm_classes(spark: Any) -> tuple[Any, ...]:
             types.createArrayType(types.LongType, False),
             jvm.org.apache.spark.sql.classic.ExpressionColumnNode,
             jvm.org.apache.spark.sql.Column,
-            jvm.scala.collection.immutable.ArraySeq,  # Scala 2.13, as every Spark 4 is built
+            jvm.scala.collection.immutable.ArraySeq,
             _Functions(jvm.org.apache.spark.sql.functions),
         )
     return _JVM_CLASSES[key]
@@ -168,7 +179,7 @@ class _Functions:
 
 def _functions(spark: Any) -> _Functions:
     """The :class:`_Functions` of ``spark``'s gateway (kept while the gateway is)."""
-    return _jvm_classes(spark)[-1]  # type: ignore[no-any-return]
+    return _jvm_classes(spark).functions
 
 
 def _long_array(spark: Any, values: Any) -> Any:
@@ -179,11 +190,11 @@ def _long_array(spark: Any, values: Any) -> Any:
     classic session's py4j gateway); None where a Spark version lacks one of them.
     """
     try:
-        byte_buffer, long_buffer, unsafe_array, literal, array_type, column_node, column, _, _ = _jvm_classes(spark)
-        longs = long_buffer.allocate(len(values))
-        longs.put(byte_buffer.wrap(bytearray(values.astype(">i8").tobytes())).asLongBuffer())
-        value = literal(unsafe_array.fromPrimitiveArray(longs.array()), array_type)
-        return column(column_node.apply(value))
+        jvm = _jvm_classes(spark)
+        longs = jvm.long_buffer.allocate(len(values))
+        longs.put(jvm.byte_buffer.wrap(bytearray(values.astype(">i8").tobytes())).asLongBuffer())
+        value = jvm.literal(jvm.unsafe_array.fromPrimitiveArray(longs.array()), jvm.long_array_type)
+        return jvm.column(jvm.column_node.apply(value))
     except Exception as e:  # noqa: BLE001 - py4j raises several kinds; any of them means "not on this Spark"
         logger.info("fencedlake: no unsafe array literal on this Spark (%s): position deletes are anti-joined", e)
         return None
@@ -194,7 +205,7 @@ def joined_input_files(df: Any, separator: str) -> str:
 
     Classic sessions only; raises what py4j raises where a Spark lacks a class it uses.
     """
-    array_seq = _jvm_classes(df.sparkSession)[-2]
+    array_seq = _jvm_classes(df.sparkSession).array_seq
     return str(array_seq.unsafeWrapArray(df._jdf.inputFiles()).mkString(separator))
 
 
@@ -241,8 +252,8 @@ def _hash_agrees(spark: Any) -> bool:
     return _HASH_AGREES[version]
 
 
-def _separator(names: Sequence[str]) -> str | None:
-    """A character none of ``names`` holds (joins them into one literal, split back by Spark), or None.
+def free_separator(names: Sequence[str]) -> str | None:
+    """A character none of ``names`` holds (to join them into one string and split it back), or None.
 
     None of them is special in a regular expression (Spark's ``split`` takes one).
     """
@@ -349,7 +360,7 @@ def bitmap_filter(spark: Any, scan: Any, files: Sequence[ScannedFile]) -> Any:
     table = _layout(files, dict(zip(dirty, laid_out[0], strict=True))) if laid_out is not None else None
     if laid_out is None or table is None:
         return None
-    separator = "" if table.by_size else _separator(table.keys)
+    separator = "" if table.by_size else free_separator(table.keys)
     if separator is None or (not table.by_size and not _hash_agrees(spark)):
         return None
     parts = {"bases": table.bases, "counts": table.counts}

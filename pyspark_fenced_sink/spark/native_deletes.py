@@ -31,7 +31,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from pyspark_fenced_sink.spark.delete_bitmap import ScannedFile, bitmap_filter, joined_input_files
+from pyspark_fenced_sink.spark.delete_bitmap import ScannedFile, bitmap_filter, free_separator, joined_input_files
 from pyspark_fenced_sink.spark.delete_positions import collected_positions
 
 __all__ = [
@@ -183,10 +183,6 @@ def _spark_keys(spark: Any, dirty: Sequence[DirtyFile]) -> Any:
     return rows.select((F.col(_NUMBER).cast("long") * F.lit(1 << _ROW_BITS) + F.col("pos")).alias(_KEY))
 
 
-#: Characters :func:`_input_files` may join Spark's names with (the first that no predicted name holds).
-_SEPARATORS = ("\n", "\x00", "\x1f")
-
-
 def _input_files(df: Any, names: set[str]) -> list[str]:
     """``df.inputFiles()``, in one py4j round trip where it can (pyspark's makes one per file, 0.3-0.7 ms each).
 
@@ -194,7 +190,7 @@ def _input_files(df: Any, names: set[str]) -> list[str]:
     listed name holding it splits into more names than Spark listed files, which the caller's count refuses.
     """
     jdf = getattr(df, "_jdf", None)
-    separator = next((c for c in _SEPARATORS if not any(c in n for n in names)), None)
+    separator = free_separator(sorted(names))
     if jdf is None or separator is None:
         return list(df.inputFiles())
     try:

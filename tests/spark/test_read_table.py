@@ -517,10 +517,10 @@ def test_spark_listed_names_come_in_one_round_trip_and_a_name_split_by_the_separ
     predicted = {listed_name(spark_file_name(p)) for p in paths}
     assert sorted(native_deletes._input_files(df, predicted)) == sorted(df.inputFiles()) == sorted(predicted)
     native_deletes._check_names(df, paths)
-    monkeypatch.setattr(native_deletes, "_SEPARATORS", ("~",))  # in every name: pyspark's list, one call per file
+    monkeypatch.setattr(native_deletes, "free_separator", lambda names: None)  # none free: pyspark's list
     assert sorted(native_deletes._input_files(df, predicted)) == sorted(predicted)
     monkeypatch.setattr(native_deletes, "listed_name", lambda name: name.replace("/", ""))
-    monkeypatch.setattr(native_deletes, "_SEPARATORS", ("/",))  # predicted names without it, Spark's with it
+    monkeypatch.setattr(native_deletes, "free_separator", lambda names: "/")  # not in the predicted names, in Spark's
     assert len(native_deletes._input_files(df, {"x"})) > len(paths)
     with pytest.raises(native_deletes.NameMismatch):
         native_deletes._check_names(df, paths)
