@@ -424,12 +424,9 @@ def _kept(f: Any, longs: _Longs, table: _Slots, separator: str) -> Any:
     for k in range(1, table.probes):
         probe = home.plus(f.lit(k))
         found = found.when(key_at(probe).equalTo(key), probe)
-    if table.names:  # a size in no slot: the row's entry by its file's name (only these rows compare names)
-        path, first = f.col("_metadata.file_path"), len(table.keys) - len(table.names)
-        entry = f.when(path.equalTo(f.lit(table.names[0])), f.lit(first))
-        for j, name in enumerate(table.names[1:], start=first + 1):
-            entry = entry.when(path.equalTo(f.lit(name)), f.lit(j))
-        found = f.when(found.isNull(), entry).otherwise(found)
+    path, first = f.col("_metadata.file_path"), len(table.keys) - len(table.names)
+    for j, name in enumerate(table.names, start=first):  # a size in no slot: the entry of the file so named
+        found = found.when(path.equalTo(f.lit(name)), f.lit(j))  # (only rows past every slot compare names)
     base = longs.at("bases", found)
     word = longs.at("words", base.plus(f.shiftright(row, 6)).cast("int"))
     unset = f.bit_get(word, row.bitwiseAND(f.lit(63)).cast("int")).equalTo(f.lit(0))
