@@ -331,9 +331,10 @@ def _layout(files: Sequence[ScannedFile], bases: dict[int, int]) -> _Slots | Non
     by_size: dict[int, list[int]] = {}
     for index, f in enumerate(files):
         by_size.setdefault(f.size, []).append(index)
-    named = [i for same in by_size.values() if len(same) > 1 and any(i in bases for i in same) for i in same]
+    shared = [same for same in by_size.values() if len(same) > 1 and any(j in bases for j in same)]
+    named = [i for same in shared for i in same]
     if len(named) <= _NAMED_MAX and min(by_size) >= 0:
-        first = [same[0] for same in by_size.values() if same[0] not in named]  # a shared size's files: all clean
+        first = [same[0] for same in by_size.values() if same not in shared]  # another shared size's files: clean
         sizes = [files[i].size for i in first]
         return _table(
             True,

@@ -190,7 +190,7 @@ def _input_files(df: Any, names: set[str]) -> list[str]:
     listed name holding it splits into more names than Spark listed files, which the caller's count refuses.
     """
     jdf = getattr(df, "_jdf", None)
-    separator = free_separator(sorted(names))
+    separator = free_separator(list(names))
     if jdf is None or separator is None:
         return list(df.inputFiles())
     try:
