@@ -21,7 +21,7 @@ another file's bit. The bitmap and the slots' numbers
 travel in the plan as ``array<bigint>`` literals in Spark's unsafe array format, which a printed plan shows as
 one token (a literal made by the public ``lit`` is spelled out value by value in every printed plan, which cost
 more than the anti-join it replaces); they are built through Spark's JVM classes on a classic session, and
-:func:`bitmap_filter` answers None wherever it cannot build them exactly (the caller anti-joins).
+:func:`bitmap_condition` answers None wherever it cannot build them exactly (the caller anti-joins).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-__all__ = ["ScannedFile", "bitmap_filter", "free_separator", "joined_input_files", "spark_hash"]
+__all__ = ["ScannedFile", "bitmap_condition", "free_separator", "joined_input_files", "parquet_scan", "spark_hash"]
 
 logger = logging.getLogger(__name__)
 
@@ -59,14 +59,15 @@ _MISCOUNTED = "fencedlake: a data file holds more rows than its manifest records
 def _bitmap_words(record_counts: Sequence[int], positions: Sequence[Any]) -> tuple[list[int], Any] | None:
     """(each dirty file's first word, the bitmap as int64 words): bit ``pos`` from word ``base`` is set per deleted row.
 
-    Each file's bits start on a word boundary. None when a delete file names a position outside its data file's
-    recorded rows (the bitmap would give it another file's bit; the anti-join reads such a table exactly).
+    Word 0 is left clear (a clean file's rows all read it); each file's bits start on a word boundary. None when
+    a delete file names a position outside its data file's recorded rows (the bitmap would give it another file's
+    bit; the anti-join reads such a table exactly).
     """
     import numpy as np
 
     bases: list[int] = []
     bits: list[Any] = []
-    word = 0
+    word = 1
     for count, pos in zip(record_counts, positions, strict=True):
         if len(pos) and (int(pos.min()) < 0 or int(pos.max()) >= count):
             return None
@@ -127,7 +128,7 @@ def _open_addressed(keys: Sequence[int]) -> list[int | None] | None:
 
 
 class _JvmClasses(NamedTuple):
-    """The JVM classes :func:`_long_array`, :func:`_kept` and :func:`joined_input_files` use."""
+    """The JVM classes :func:`_long_array`, :func:`_kept`, :func:`joined_input_files` and :func:`parquet_scan` use."""
 
     byte_buffer: Any
     long_buffer: Any
@@ -137,6 +138,7 @@ class _JvmClasses(NamedTuple):
     column_node: Any
     column: Any
     array_seq: Any  # Scala 2.13's, as every Spark 4 is built
+    pattern: Any
     functions: _Functions
 
 
@@ -156,6 +158,7 @@ def _jvm_classes(spark: Any) -> _JvmClasses:
             jvm.org.apache.spark.sql.classic.ExpressionColumnNode,
             jvm.org.apache.spark.sql.Column,
             jvm.scala.collection.immutable.ArraySeq,
+            jvm.java.util.regex.Pattern,
             _Functions(jvm.org.apache.spark.sql.functions),
         )
     return _JVM_CLASSES[key]
@@ -207,6 +210,24 @@ def joined_input_files(df: Any, separator: str) -> str:
     """
     array_seq = _jvm_classes(df.sparkSession).array_seq
     return str(array_seq.unsafeWrapArray(df._jdf.inputFiles()).mkString(separator))
+
+
+def parquet_scan(reader: Any, paths: Sequence[str]) -> Any:
+    """``reader.parquet(*paths)`` with the paths sent in one py4j round trip (pyspark sends one per path).
+
+    The JVM splits them apart at a character none holds. Where that cannot be done (a Spark Connect reader, no
+    such character, a Spark lacking a class it uses), ``reader.parquet(*paths)`` itself.
+    """
+    separator = free_separator(paths)
+    jreader = getattr(reader, "_jreader", None)
+    if jreader is not None and separator is not None and paths:
+        try:
+            split = _jvm_classes(reader._spark).pattern.compile(separator).split(separator.join(paths))
+            if len(split) == len(paths):
+                return reader._df(jreader.parquet(split))
+        except Exception as e:  # noqa: BLE001 - py4j raises several kinds; any of them means "not on this Spark"
+            logger.debug("fencedlake: the paths one by one (%s)", e)
+    return reader.parquet(*paths)
 
 
 def _mix(h1: int, k1: int) -> int:
@@ -351,8 +372,11 @@ def _layout(files: Sequence[ScannedFile], bases: dict[int, int]) -> _Slots | Non
     )
 
 
-def bitmap_filter(spark: Any, scan: Any, files: Sequence[ScannedFile]) -> Any:
-    """``scan``'s rows (every file of ``files``, exactly those) without the deleted ones; None if it cannot be built."""
+def bitmap_condition(spark: Any, files: Sequence[ScannedFile]) -> Any:
+    """The filter keeping a scan's rows of ``files`` (every one, exactly those) but the deleted ones, or None.
+
+    A pyspark Column; None where it cannot be built exactly. Needs no scan: built while Spark lists the files.
+    """
     import numpy as np
     from pyspark.sql import Column
 
@@ -375,8 +399,7 @@ def bitmap_filter(spark: Any, scan: Any, files: Sequence[ScannedFile]) -> Any:
     if words is None or numbers is None:
         return None
     f = _functions(spark)
-    longs = _Longs(f, words, numbers, offsets)
-    return scan.where(Column(_kept(f, longs, table, separator)))
+    return Column(_kept(f, _Longs(f, words, numbers, offsets), table, separator))
 
 
 @dataclass(frozen=True)
@@ -402,10 +425,23 @@ class _Longs:
 def _kept(f: Any, longs: _Longs, table: _Slots, separator: str) -> Any:
     """The filter's condition, a JVM Column built with one py4j call per node through Spark's ``functions``.
 
-    (pyspark's Column API makes about ten calls per node to record the caller for error messages: most of the
-    time it took to build this condition.) ``f``: :func:`_functions`.
+    One CASE names a row's word of the bitmap: an arm per slot the row's key may sit in (the slot holding the
+    row's key is its file's), then by size an arm per named file (its numbers inline); a row no arm takes fails
+    the read by size and is a clean file's by name; a clean file's row reads word 0, which is clear. The row is
+    kept unless its bit of that word is set. No lookup is spelled out twice (the analyzer's time grows with the
+    condition's size) and the bitmap is used once (the analyzer hashes a literal at each place it is used).
+    pyspark's Column API would make about ten calls per node to record the
+    caller for error messages: most of the time it took to build this condition. ``f``: :func:`_functions`.
     """
     row = f.col("_metadata.row_index")
+    miscounted = f.raise_error(f.lit(_MISCOUNTED))
+
+    def word(base: Any, count: Any) -> Any:
+        """The row's word if its file's bits start at word ``base`` and it holds ``count`` rows (Columns or ints)."""
+        if isinstance(base, int):
+            return f.lit(0) if base == _CLEAN else f.when(row.lt(f.lit(count)), f.shiftright(row, 6).plus(f.lit(base)))
+        return f.when(base.lt(f.lit(0)), f.lit(0)).when(row.lt(count), base.plus(f.shiftright(row, 6)))
+
     if table.by_size:
         key = f.col("_metadata.file_size")
         home = f.pmod(key, f.lit(table.modulus)).cast("int")
@@ -421,20 +457,17 @@ def _kept(f: Any, longs: _Longs, table: _Slots, separator: str) -> Any:
         def key_at(slot: Any) -> Any:
             return f.get(names, slot)
 
-    found = f.when(key_at(home).equalTo(key), home)  # the slot holding this row's key; null: none does
-    for k in range(1, table.probes):
-        probe = home.plus(f.lit(k))
-        found = found.when(key_at(probe).equalTo(key), probe)
+    found = f  # the CASE's first arm is f.when, each further one the CASE's own when
+    for k in range(table.probes):
+        slot = home.plus(f.lit(k)) if k else home
+        found = found.when(
+            key_at(slot).equalTo(key), word(longs.at("bases", slot), longs.at("counts", slot)).otherwise(miscounted)
+        )
     path, first = f.col("_metadata.file_path"), len(table.keys) - len(table.names)
-    for j, name in enumerate(table.names, start=first):  # a size in no slot: the entry of the file so named
-        found = found.when(path.equalTo(f.lit(name)), f.lit(j))  # (only rows past every slot compare names)
-    base = longs.at("bases", found)
-    word = longs.at("words", base.plus(f.shiftright(row, 6)).cast("int"))
-    unset = f.bit_get(word, row.bitwiseAND(f.lit(63)).cast("int")).equalTo(f.lit(0))
-    missing = f.raise_error(f.lit(_SIZE_DIFFERS)) if table.by_size else f.lit(True)  # by name: a clean file
-    return (
-        f.when(found.isNull(), missing)
-        .when(base.lt(f.lit(0)), f.lit(True))  # a clean file's row
-        .when(row.lt(longs.at("counts", found)), unset)
-        .otherwise(f.raise_error(f.lit(_MISCOUNTED)))
-    )
+    for j, name in enumerate(table.names, start=first):  # a size in no slot: the file so named
+        named = word(table.bases[j], table.counts[j])
+        found = found.when(
+            path.equalTo(f.lit(name)), named if table.bases[j] == _CLEAN else named.otherwise(miscounted)
+        )
+    at = found.otherwise(f.raise_error(f.lit(_SIZE_DIFFERS)) if table.by_size else f.lit(0))
+    return f.bit_get(longs.at("words", at.cast("int")), row.bitwiseAND(f.lit(63)).cast("int")).equalTo(f.lit(0))

@@ -27,11 +27,17 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any
 
-from pyspark_fenced_sink.spark.delete_bitmap import ScannedFile, bitmap_filter, free_separator, joined_input_files
+from pyspark_fenced_sink.spark.delete_bitmap import (
+    ScannedFile,
+    bitmap_condition,
+    free_separator,
+    joined_input_files,
+    parquet_scan,
+)
 from pyspark_fenced_sink.spark.delete_positions import collected_positions
 
 __all__ = [
@@ -58,6 +64,10 @@ _FILE = "__fencedlake_file"
 _ROW = "__fencedlake_row"
 _KEY = "__fencedlake_key"
 _NUMBER = "__fencedlake_number"
+#: Runs a read's side steps (its bitmap filter's making, its names' check) beside the read's own thread: the
+#: driver's steps spend most of their time waiting on the JVM. Threads live on (pyspark pins each Python
+#: thread to a py4j connection of its own; a thread per read would open one per read).
+_BUILDER = ThreadPoolExecutor(max_workers=4, thread_name_prefix="fencedlake-deletes")
 #: Characters java.net.URI (so Hadoop's Path, so Spark's file names) escapes in a path; '%' first.
 _ESCAPED = '% "<>\\^`{|}#?[]'
 _SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*):(?=/)")
@@ -227,17 +237,19 @@ def apply_deletes(
     delete_rows = sum(f.delete_rows for f in dirty)
     collected = delete_rows <= COLLECT_LIMIT
     if collected and sum(f.record_count for f in dirty) <= BITMAP_ROWS:
-        with ThreadPoolExecutor(max_workers=1) as pool:
-            reading = pool.submit(collected_positions, io, dirty)  # while Spark lists the files
-            scan = reader.parquet(*files)
-            positions = reading.result()
-        _check_names(scan, files)
-        deleted = {f.path: (f.record_count, p) for f, p in zip(dirty, positions, strict=True)}
-        scanned = [
-            ScannedFile(spark_file_name(path), size, *deleted.get(path, (0, None)))
-            for path, size in zip(files, sizes, strict=True)
-        ]
-        kept = bitmap_filter(spark, scan, scanned)
+        # Each JVM step overlaps another: the filter is built while Spark lists the files, and the names
+        # Spark lists are checked while it analyzes the filter.
+        building = _BUILDER.submit(_bitmap_condition, spark, io, files, sizes, dirty)
+        steps: list[Future[Any]] = [building]
+        try:
+            scan = parquet_scan(reader, files)
+            checking = _BUILDER.submit(_check_names, scan, files)
+            steps.append(checking)
+            positions, condition = building.result()
+            kept = None if condition is None else scan.where(condition)
+            checking.result()  # NameMismatch
+        finally:
+            wait(steps)  # no py4j call of this read outlives it
         if kept is not None:
             logger.debug("fencedlake: %d data files with %d delete rows filtered by a bitmap", len(dirty), delete_rows)
             return kept
@@ -245,6 +257,19 @@ def apply_deletes(
     return _anti_joined(
         spark, reader, files, dirty, _collected_keys(collected_positions(io, dirty)) if collected else None
     )
+
+
+def _bitmap_condition(
+    spark: Any, io: Any, files: Sequence[str], sizes: Sequence[int], dirty: Sequence[DirtyFile]
+) -> tuple[list[Any], Any]:
+    """(each dirty file's deleted positions, the bitmap filter or None): :func:`apply_deletes`' side step."""
+    positions = collected_positions(io, dirty)
+    deleted = {f.path: (f.record_count, p) for f, p in zip(dirty, positions, strict=True)}
+    scanned = [
+        ScannedFile(spark_file_name(path), size, *deleted.get(path, (0, None)))
+        for path, size in zip(files, sizes, strict=True)
+    ]
+    return positions, bitmap_condition(spark, scanned)
 
 
 def column(name: str) -> Any:

@@ -29,6 +29,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from pyspark_fenced_sink.errors import InvalidOptionsError, marked_errors
+from pyspark_fenced_sink.spark.delete_bitmap import parquet_scan
 from pyspark_fenced_sink.spark.native_deletes import (
     DirtyFile,
     NameMismatch,
@@ -322,7 +323,7 @@ def read_table(spark: Any, table: str, *, native: bool | str = "auto", **options
         # recursiveFileLookup: no partition columns inferred from Iceberg's directory names.
         reader = spark.read.schema(plan.schema).option("recursiveFileLookup", "true")
         if not plan.dirty:
-            return _uuid_strings(reader.parquet(*plan.files), plan.uuid_columns)
+            return _uuid_strings(parquet_scan(reader, plan.files), plan.uuid_columns)
         try:
             return _uuid_strings(
                 apply_deletes(spark, plan.io, reader, plan.files, plan.sizes, plan.dirty), plan.uuid_columns

@@ -368,18 +368,34 @@ def test_files_sharing_a_size_with_a_file_with_deletes_are_told_apart_by_name_in
     _dirty_table(session, wh, name, 3)
     _sized_table_more(session, wh, name, [7, 9], deleted=[0])
     _sized_table_more(session, wh, name, [11], deleted=[])
+    # Five rows of small ids: the size of the files with deletes, without deletes of its own.
+    clean = session.createDataFrame([(i,) for i in range(15, 20)], "id long not null").coalesce(1)
+    clean.write.format("fencedlake").mode("append").option("warehouse", wh).save(name)
     table = embedded_catalog(wh).load_table(name)
     tasks = list(table.scan().plan_files())
     dirty_sizes = {t.file.file_size_in_bytes for t in tasks if t.delete_files}
     shared = [t for t in tasks if sum(u.file.file_size_in_bytes == t.file.file_size_in_bytes for u in tasks) > 1]
-    assert len(shared) == 3 and {t.file.file_size_in_bytes for t in shared} <= dirty_sizes and len(tasks) == 6
+    assert len(shared) == 4 and {t.file.file_size_in_bytes for t in shared} <= dirty_sizes and len(tasks) == 7
+    assert sum(not t.delete_files for t in shared) == 1
     expected = sorted(r["id"] for r in table.scan().to_arrow().to_pylist())
-    assert len(expected) == 3 * 4 + 6 + 8 + 11
+    assert len(expected) == 3 * 4 + 6 + 8 + 11 + 5
     monkeypatch.setattr(delete_bitmap, "_NAMED_MAX", len(shared) if key == "size" else len(shared) - 1)
     df = read_table(session, name, warehouse=wh, native=True)
     assert _keyed_by(df) == key
     assert ("file_path" in df._jdf.queryExecution().executedPlan().toString()) is True
     assert _ids(df) == expected
+
+
+def test_a_clean_files_rows_read_a_word_no_file_with_deletes_owns(session: Any, wh: str) -> None:
+    """Every row of a file without deletes tests word 0 of the bitmap: word 0 must stay clear (the first file with
+    deletes starts at word 1), or a clean file would lose the rows at the positions that file deleted."""
+    table, kept = _sized_table(session, wh, "db.word_zero", [70, 80])  # row 0 of each deleted
+    _sized_table_more(session, wh, "db.word_zero", [90], deleted=[])
+    df = read_table(session, "db.word_zero", warehouse=wh, native=True)
+    assert _keyed_by(df) == "size"
+    table = embedded_catalog(wh).load_table("db.word_zero")
+    assert _ids(df) == sorted(r["id"] for r in table.scan().to_arrow().to_pylist())
+    assert len(_ids(df)) == kept + 90
 
 
 def test_a_stored_size_that_is_not_the_manifests_fails_the_read(
@@ -524,6 +540,46 @@ def test_spark_listed_names_come_in_one_round_trip_and_a_name_split_by_the_separ
     assert len(native_deletes._input_files(df, {"x"})) > len(paths)
     with pytest.raises(native_deletes.NameMismatch):
         native_deletes._check_names(df, paths)
+
+
+def test_the_planned_paths_reach_spark_in_one_round_trip(
+    session: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """pyspark's ``parquet(*paths)`` makes a py4j call per path; ``parquet_scan`` sends them joined (a few calls in
+    all) and scans the same files; where it cannot (no free separator, a reader without a JVM) pyspark's call."""
+    import pyarrow.parquet as pq
+
+    paths = []
+    for i in range(12):
+        pq.write_table(pa.table({"id": [i]}), tmp_path / f"part-{i}.parquet")
+        paths.append(str(tmp_path / f"part-{i}.parquet"))
+    reader = session.read.schema("id long")
+    delete_bitmap.parquet_scan(reader, paths)  # the JVM classes it uses, looked up once
+    client = session._sc._gateway._gateway_client
+    calls: list[str] = []
+    real = client.send_command
+
+    def counted(command: str, *args: Any, **kwargs: Any) -> Any:
+        calls.append(command)
+        return real(command, *args, **kwargs)
+
+    monkeypatch.setattr(client, "send_command", counted)
+    scan = delete_bitmap.parquet_scan(reader, paths)
+    ours = len(calls)
+    theirs = reader.parquet(*paths)
+    assert ours <= 6 < len(paths) <= len(calls) - ours
+    assert sorted(scan.inputFiles()) == sorted(theirs.inputFiles()) and len(scan.inputFiles()) == len(paths)
+    assert sorted(r.id for r in scan.collect()) == list(range(12))
+    monkeypatch.setattr(delete_bitmap, "free_separator", lambda names: None)
+    calls.clear()
+    assert sorted(delete_bitmap.parquet_scan(reader, paths).inputFiles()) == sorted(theirs.inputFiles())
+    assert len(calls) >= len(paths)
+
+    class _Reader:  # a Spark Connect reader has no JVM reader
+        def parquet(self, *names: str) -> tuple[str, ...]:
+            return names
+
+    assert delete_bitmap.parquet_scan(_Reader(), paths) == tuple(paths)
 
 
 def test_a_uuid_column_reads_natively_as_the_data_sources_strings(session: Any, wh: str) -> None:
