@@ -146,6 +146,15 @@ def test_batch_stream_compact_read_table_and_sql_over_connect(server: str, tmp_p
 
         df = read_table(spark, "cx.events", warehouse=wh)
         assert df.count() == 600
+        keyed = spark.range(100).selectExpr("id", "'a' AS v")
+        keyed.write.format("fencedlake").mode("append").option("warehouse", wh).save("cx.keyed")
+        changed = spark.range(90, 110).selectExpr("id", "'b' AS v")  # 10 updated keys (position deletes), 10 new
+        changed.write.format("fencedlake").mode("append").option("warehouse", wh).option("upsert-keys", "id").save(
+            "cx.keyed"
+        )
+        rows = {(r.id, r.v) for r in read_table(spark, "cx.keyed", warehouse=wh).collect()}
+        assert rows == {(i, "a") for i in range(90)} | {(i, "b") for i in range(90, 110)}
+        assert any(t.delete_files for t in embedded_catalog(wh).load_table("cx.keyed").scan().plan_files())
         register_view(spark, "cx_events", "cx.events", warehouse=wh)
         spark.sql("INSERT INTO cx_events SELECT id + 600 AS id FROM cx_events WHERE id < 10")
         register_view(spark, "cx_events", "cx.events", warehouse=wh)  # a view reads its first query's snapshot
