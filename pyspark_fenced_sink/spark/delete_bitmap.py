@@ -30,9 +30,11 @@ import logging
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any
 
-__all__ = ["ScannedFile", "bitmap_condition", "free_separator", "joined_input_files", "parquet_scan", "spark_hash"]
+from pyspark_fenced_sink.spark.jvm_calls import free_separator, functions, long_array
+
+__all__ = ["ScannedFile", "bitmap_condition", "spark_hash"]
 
 logger = logging.getLogger(__name__)
 
@@ -48,7 +50,6 @@ _MAX_SLOTS_PER_FILE = 64
 #: Names whose Spark hash :func:`spark_hash` is checked against Spark's own once per process and Spark version.
 _HASH_PROBES = ("", "a", "ab", "abc", "abcd", "file:/w/\u00e9.parquet", "s3://b/\u4e2d-\U0001f600.parquet")
 _HASH_AGREES: dict[str, bool] = {}
-_JVM_CLASSES: dict[int, _JvmClasses] = {}
 _MASK32 = 0xFFFFFFFF
 #: A slot's first word for a file without deletes (its rows are kept), and for an empty slot.
 _CLEAN = -1
@@ -127,109 +128,6 @@ def _open_addressed(keys: Sequence[int]) -> list[int | None] | None:
     return None
 
 
-class _JvmClasses(NamedTuple):
-    """The JVM classes :func:`_long_array`, :func:`_kept`, :func:`joined_input_files` and :func:`parquet_scan` use."""
-
-    byte_buffer: Any
-    long_buffer: Any
-    unsafe_array: Any
-    literal: Any
-    long_array_type: Any
-    column_node: Any
-    column: Any
-    array_seq: Any  # Scala 2.13's, as every Spark 4 is built
-    pattern: Any
-    functions: _Functions
-
-
-def _jvm_classes(spark: Any) -> _JvmClasses:
-    """:class:`_JvmClasses` of ``spark``'s gateway, looked up once per gateway (each package step is a py4j call)."""
-    jvm = spark._jvm
-    key = id(jvm)
-    if key not in _JVM_CLASSES:
-        types = jvm.org.apache.spark.sql.types.DataTypes
-        _JVM_CLASSES.clear()
-        _JVM_CLASSES[key] = _JvmClasses(
-            jvm.java.nio.ByteBuffer,
-            jvm.java.nio.LongBuffer,
-            jvm.org.apache.spark.sql.catalyst.expressions.UnsafeArrayData,
-            jvm.org.apache.spark.sql.catalyst.expressions.Literal,
-            types.createArrayType(types.LongType, False),
-            jvm.org.apache.spark.sql.classic.ExpressionColumnNode,
-            jvm.org.apache.spark.sql.Column,
-            jvm.scala.collection.immutable.ArraySeq,
-            jvm.java.util.regex.Pattern,
-            _Functions(jvm.org.apache.spark.sql.functions),
-        )
-    return _JVM_CLASSES[key]
-
-
-class _Functions:
-    """Spark's JVM ``org.apache.spark.sql.functions``, each member looked up once (py4j asks the JVM per lookup)."""
-
-    def __init__(self, functions: Any) -> None:
-        self._functions = functions
-        self._members: dict[str, Any] = {}
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("_"):
-            raise AttributeError(name)
-        member = self._members.get(name)
-        if member is None:
-            member = self._members[name] = getattr(self._functions, name)
-        return member
-
-
-def _functions(spark: Any) -> _Functions:
-    """The :class:`_Functions` of ``spark``'s gateway (kept while the gateway is)."""
-    return _jvm_classes(spark).functions
-
-
-def _long_array(spark: Any, values: Any) -> Any:
-    """An ``array<bigint>`` literal of ``values`` (int64) held as Spark's UnsafeArrayData: a JVM Column, or None.
-
-    A literal made through the public API (``lit`` of a list) holds a generic array that every printed
-    plan spells out value by value; this one prints as one token. Built through Spark's JVM classes (the
-    classic session's py4j gateway); None where a Spark version lacks one of them.
-    """
-    try:
-        jvm = _jvm_classes(spark)
-        longs = jvm.long_buffer.allocate(len(values))
-        longs.put(jvm.byte_buffer.wrap(bytearray(values.astype(">i8").tobytes())).asLongBuffer())
-        value = jvm.literal(jvm.unsafe_array.fromPrimitiveArray(longs.array()), jvm.long_array_type)
-        return jvm.column(jvm.column_node.apply(value))
-    except Exception as e:  # noqa: BLE001 - py4j raises several kinds; any of them means "not on this Spark"
-        logger.info("fencedlake: no unsafe array literal on this Spark (%s): position deletes are anti-joined", e)
-        return None
-
-
-def joined_input_files(df: Any, separator: str) -> str:
-    """``df.inputFiles()`` joined by ``separator`` in the JVM: one py4j round trip, where pyspark makes one per file.
-
-    Classic sessions only; raises what py4j raises where a Spark lacks a class it uses.
-    """
-    array_seq = _jvm_classes(df.sparkSession).array_seq
-    return str(array_seq.unsafeWrapArray(df._jdf.inputFiles()).mkString(separator))
-
-
-def parquet_scan(reader: Any, paths: Sequence[str]) -> Any:
-    """``reader.parquet(*paths)`` with the paths sent in one py4j round trip (pyspark sends one per path).
-
-    The JVM splits them apart at a character none holds. Where that cannot be done (a Spark Connect reader, no
-    such character, a Spark lacking a class it uses), ``reader.parquet(*paths)`` itself.
-    """
-    separator = free_separator(paths)
-    jreader = getattr(reader, "_jreader", None)
-    if jreader is not None and separator is not None and paths:
-        try:
-            split = _jvm_classes(reader._spark).pattern.compile(separator).split(separator.join(paths))
-            if len(split) == len(paths):
-                return reader._df(jreader.parquet(split))
-        except Exception as e:  # noqa: BLE001 - py4j raises several kinds; any of them means "not on this Spark"
-            logger.debug("fencedlake: the paths one by one (%s)", e)
-    return reader.parquet(*paths)
-
-
 def _mix(h1: int, k1: int) -> int:
     k1 = (k1 * 0xCC9E2D51) & _MASK32
     k1 = ((k1 << 15) | (k1 >> 17)) & _MASK32
@@ -271,14 +169,6 @@ def _hash_agrees(spark: Any) -> bool:
         if not _HASH_AGREES[version]:
             logger.warning("fencedlake: Spark %s hashes strings otherwise: position deletes are anti-joined", version)
     return _HASH_AGREES[version]
-
-
-def free_separator(names: Sequence[str]) -> str | None:
-    """A character none of ``names`` holds (to join them into one string and split it back), or None.
-
-    None of them is special in a regular expression (Spark's ``split`` takes one).
-    """
-    return next((c for c in ("\x00", "\x01", "\x1f", "\n") if not any(c in n for n in names)), None)
 
 
 @dataclass(frozen=True)
@@ -395,10 +285,10 @@ def bitmap_condition(spark: Any, files: Sequence[ScannedFile]) -> Any:
     offsets = dict(zip(small, np.cumsum([0] + [len(v) for v in small.values()]).tolist(), strict=False))
     # Two literals: the bitmap apart (the analyzer hashes and compares a literal at each place it is used, so
     # the large one is used once), the small tables together (each literal costs about ten py4j calls).
-    words, numbers = _long_array(spark, laid_out[1]), _long_array(spark, np.concatenate(list(small.values())))
+    words, numbers = long_array(spark, laid_out[1]), long_array(spark, np.concatenate(list(small.values())))
     if words is None or numbers is None:
         return None
-    f = _functions(spark)
+    f = functions(spark)
     return Column(_kept(f, _Longs(f, words, numbers, offsets), table, separator))
 
 
@@ -430,8 +320,8 @@ def _kept(f: Any, longs: _Longs, table: _Slots, separator: str) -> Any:
     the read by size and is a clean file's by name; a clean file's row reads word 0, which is clear. The row is
     kept unless its bit of that word is set. No lookup is spelled out twice (the analyzer's time grows with the
     condition's size) and the bitmap is used once (the analyzer hashes a literal at each place it is used).
-    pyspark's Column API would make about ten calls per node to record the
-    caller for error messages: most of the time it took to build this condition. ``f``: :func:`_functions`.
+    pyspark's Column API would make about ten calls per node to record the caller for error messages: most of
+    the time it took to build this condition. ``f``: :func:`~pyspark_fenced_sink.spark.jvm_calls.functions`.
     """
     row = f.col("_metadata.row_index")
     miscounted = f.raise_error(f.lit(_MISCOUNTED))

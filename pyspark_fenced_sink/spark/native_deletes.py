@@ -31,14 +31,9 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any
 
-from pyspark_fenced_sink.spark.delete_bitmap import (
-    ScannedFile,
-    bitmap_condition,
-    free_separator,
-    joined_input_files,
-    parquet_scan,
-)
+from pyspark_fenced_sink.spark.delete_bitmap import ScannedFile, bitmap_condition
 from pyspark_fenced_sink.spark.delete_positions import collected_positions
+from pyspark_fenced_sink.spark.jvm_calls import free_separator, joined_input_files, parquet_scan
 
 __all__ = [
     "BITMAP_ROWS",

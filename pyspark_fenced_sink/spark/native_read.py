@@ -29,7 +29,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from pyspark_fenced_sink.errors import InvalidOptionsError, marked_errors
-from pyspark_fenced_sink.spark.delete_bitmap import parquet_scan
+from pyspark_fenced_sink.spark.jvm_calls import parquet_scan
 from pyspark_fenced_sink.spark.native_deletes import (
     DirtyFile,
     NameMismatch,

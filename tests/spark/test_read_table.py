@@ -27,7 +27,7 @@ from pyspark.sql import types as T  # noqa: N812 - the usual pyspark idiom
 
 from pyspark_fenced_sink import InvalidOptionsError, read_table
 from pyspark_fenced_sink.iceberg.catalogs import embedded_catalog
-from pyspark_fenced_sink.spark import delete_bitmap, native_deletes
+from pyspark_fenced_sink.spark import delete_bitmap, jvm_calls, native_deletes
 from pyspark_fenced_sink.spark.native_deletes import listed_name, spark_file_name
 from pyspark_fenced_sink.spark.native_read import FIELD_ID_READ, plan_native_read
 from tests.read.rowdelta import commit_deletes, position_delete_file
@@ -238,7 +238,7 @@ def test_position_deletes_are_applied_natively_per_planned_data_file(
     monkeypatch.setattr(native_deletes, "COLLECT_LIMIT", collect_limit)
     monkeypatch.setattr(native_deletes, "BITMAP_ROWS", bitmap_rows)
     if not unsafe_literal:
-        monkeypatch.setattr(delete_bitmap, "_long_array", lambda spark, values: None)
+        monkeypatch.setattr(delete_bitmap, "long_array", lambda spark, values: None)
     table_name = f"db.deleted_{path.replace('-', '_')}"
     schema = T.StructType([T.StructField("id", T.LongType(), False), T.StructField("s", T.StringType())])
     for lo in (0, 10, 20):
@@ -554,7 +554,7 @@ def test_the_planned_paths_reach_spark_in_one_round_trip(
         pq.write_table(pa.table({"id": [i]}), tmp_path / f"part-{i}.parquet")
         paths.append(str(tmp_path / f"part-{i}.parquet"))
     reader = session.read.schema("id long")
-    delete_bitmap.parquet_scan(reader, paths)  # the JVM classes it uses, looked up once
+    jvm_calls.parquet_scan(reader, paths)  # the JVM classes it uses, looked up once
     client = session._sc._gateway._gateway_client
     calls: list[str] = []
     real = client.send_command
@@ -564,22 +564,22 @@ def test_the_planned_paths_reach_spark_in_one_round_trip(
         return real(command, *args, **kwargs)
 
     monkeypatch.setattr(client, "send_command", counted)
-    scan = delete_bitmap.parquet_scan(reader, paths)
+    scan = jvm_calls.parquet_scan(reader, paths)
     ours = len(calls)
     theirs = reader.parquet(*paths)
     assert ours <= 6 < len(paths) <= len(calls) - ours
     assert sorted(scan.inputFiles()) == sorted(theirs.inputFiles()) and len(scan.inputFiles()) == len(paths)
     assert sorted(r.id for r in scan.collect()) == list(range(12))
-    monkeypatch.setattr(delete_bitmap, "free_separator", lambda names: None)
+    monkeypatch.setattr(jvm_calls, "free_separator", lambda names: None)
     calls.clear()
-    assert sorted(delete_bitmap.parquet_scan(reader, paths).inputFiles()) == sorted(theirs.inputFiles())
+    assert sorted(jvm_calls.parquet_scan(reader, paths).inputFiles()) == sorted(theirs.inputFiles())
     assert len(calls) >= len(paths)
 
     class _Reader:  # a Spark Connect reader has no JVM reader
         def parquet(self, *names: str) -> tuple[str, ...]:
             return names
 
-    assert delete_bitmap.parquet_scan(_Reader(), paths) == tuple(paths)
+    assert jvm_calls.parquet_scan(_Reader(), paths) == tuple(paths)
 
 
 def test_a_uuid_column_reads_natively_as_the_data_sources_strings(session: Any, wh: str) -> None:
