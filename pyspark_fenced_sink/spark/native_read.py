@@ -6,11 +6,11 @@ Iceberg field id (``spark.sql.parquet.fieldId.read.enabled``), so columns match 
 id. Position delete files are applied natively too, by a bitmap of the deleted (data file,
 row index) pairs or an anti-join on them (``spark.native_deletes``). Object stores go native under ``"auto"`` when
 the session's Hadoop configuration serves the scheme (:func:`scheme_obstacle`).
-A top-level ``uuid`` column is read as its 16 bytes and formatted natively as the canonical
-string the data source gives (Spark's reader cannot infer the type but reads it as ``binary``).
+A ``uuid`` (top-level, or inside a struct, list or map) is read as its 16 bytes and formatted natively as
+the canonical string the data source gives (Spark's reader cannot infer the type but reads it as ``binary``).
 Wherever the rows could differ it falls back to the data source and logs why
 (``native=True`` raises the reason instead): equality deletes are refused by the
-planner; a name mapping (files without field ids), nested ``uuid`` fields, ``time``/v3 columns and
+planner; a name mapping (files without field ids), ``time``/v3 columns and
 column defaults stay with the data source (Spark's Parquet reader reads them otherwise
 and has no default for a missing column); also delete files that are not Parquet
 position deletes, a ``_metadata`` column, glob characters, the field-id conf off, a
@@ -67,12 +67,14 @@ class NativeReadPlan:
         reason: Why the data source is used (empty when native).
         files: The planned data files' paths (empty for a data source read).
         sizes: Their recorded ``file_size_in_bytes``, in the same order.
-        schema: The Spark schema the files are read with, with field ids in its metadata when native (top-level
-            ``uuid`` columns as ``binary``: see ``uuid_columns``).
+        schema: The Spark schema the files are read with, with field ids in its metadata when native (``uuid``
+            values as ``binary``: see ``uuid_columns``).
         dirty: The planned data files that have position deletes, with their delete files.
         io: The table's FileIO (reads the delete files on the driver).
-        uuid_columns: Top-level ``uuid`` columns: ``schema`` reads them as ``binary``; :func:`read_table` formats
-            them as the data source's strings.
+        uuid_columns: The top-level columns holding a ``uuid`` (themselves, or a field, element, key or value
+            at any depth): ``schema`` reads each ``uuid`` as ``binary``; :func:`read_table` formats them as the
+            data source's strings.
+        uuid_types: The Iceberg type of each of ``uuid_columns``, in the same order (where its ``uuid``s are).
     """
 
     table: str
@@ -85,19 +87,17 @@ class NativeReadPlan:
     dirty: tuple[DirtyFile, ...] = ()
     io: Any = None
     uuid_columns: tuple[str, ...] = ()
+    uuid_types: tuple[Any, ...] = ()
 
 
 def _type_obstacle(schema: Any) -> str:
     """Why some column of ``schema`` would not read the same through Spark's Parquet reader ("" if none)."""
-    from pyiceberg.types import TimeType, UUIDType
+    from pyiceberg.types import TimeType
 
-    top_level = {f.field_id for f in schema.fields}
     for field_id in schema.field_ids:
         field = schema.find_field(field_id)
         name = schema.find_column_name(field_id)
-        if isinstance(field.field_type, UUIDType) and field_id in top_level:
-            continue  # read as binary and formatted (uuid_columns)
-        if isinstance(field.field_type, (UUIDType, TimeType)) or type(field.field_type).__name__ == "UnknownType":
+        if isinstance(field.field_type, TimeType) or type(field.field_type).__name__ == "UnknownType":
             return f"column {name!r} has type {field.field_type}, which Spark's Parquet reader reads differently"
         if getattr(field, "initial_default", None) is not None:
             return f"column {name!r} has a default value for files written before it, which Spark cannot supply"
@@ -151,9 +151,12 @@ def _path_obstacle(paths: Sequence[str], scheme_reason: Callable[[str], str]) ->
     return ""
 
 
-def _with_field_ids(spark_type: Any, iceberg_type: Any) -> Any:
-    """``spark_type`` with every struct field's Iceberg field id in its metadata (recursively)."""
-    from pyiceberg.types import ListType, MapType, StructType
+def _read_type(spark_type: Any, iceberg_type: Any) -> Any:
+    """``spark_type`` as Spark's reader is given it (recursively).
+
+    Each struct field's Iceberg field id in its metadata; each ``uuid`` (a string to the data source) as ``binary``.
+    """
+    from pyiceberg.types import ListType, MapType, StructType, UUIDType
     from pyspark.sql import types as st
 
     if isinstance(iceberg_type, StructType):
@@ -161,7 +164,7 @@ def _with_field_ids(spark_type: Any, iceberg_type: Any) -> Any:
             [
                 st.StructField(
                     f.name,
-                    _with_field_ids(f.dataType, i.field_type),
+                    _read_type(f.dataType, i.field_type),
                     f.nullable,
                     {**(f.metadata or {}), FIELD_ID_KEY: i.field_id},
                 )
@@ -169,14 +172,14 @@ def _with_field_ids(spark_type: Any, iceberg_type: Any) -> Any:
             ]
         )
     if isinstance(iceberg_type, ListType):
-        return st.ArrayType(_with_field_ids(spark_type.elementType, iceberg_type.element_type), spark_type.containsNull)
+        return st.ArrayType(_read_type(spark_type.elementType, iceberg_type.element_type), spark_type.containsNull)
     if isinstance(iceberg_type, MapType):
         return st.MapType(
-            _with_field_ids(spark_type.keyType, iceberg_type.key_type),
-            _with_field_ids(spark_type.valueType, iceberg_type.value_type),
+            _read_type(spark_type.keyType, iceberg_type.key_type),
+            _read_type(spark_type.valueType, iceberg_type.value_type),
             spark_type.valueContainsNull,
         )
-    return spark_type
+    return st.BinaryType() if isinstance(iceberg_type, UUIDType) else spark_type
 
 
 def _field_id_conf(spark: Any) -> str:
@@ -208,7 +211,6 @@ def plan_native_read(spark: Any, table: str, *, native: bool | str = "auto", **o
         ReadRefusedError: the table cannot be read at all (equality deletes, a type Spark cannot hold).
     """
     from pyiceberg.expressions import AlwaysTrue
-    from pyiceberg.types import UUIDType
 
     from pyspark_fenced_sink.iceberg.planning.scan import (
         ReadPoint,
@@ -246,36 +248,71 @@ def plan_native_read(spark: Any, table: str, *, native: bool | str = "auto", **o
         raise InvalidOptionsError(f"read_table({opts.table}, native=True): cannot read natively: {reason}")
     if reason:
         return NativeReadPlan(opts.table, point.label, False, reason, (), schema)
-    uuids = tuple(f.name for f in point.schema.fields if isinstance(f.field_type, UUIDType))
-    ids = _with_field_ids(_uuids_as_binary(schema, uuids), point.schema.as_struct())
+    uuids = [f for f in point.schema.fields if _holds_uuid(f.field_type)]
+    ids = _read_type(schema, point.schema.as_struct())
     sizes = tuple(t.file.file_size_in_bytes for t in tasks)
-    return NativeReadPlan(opts.table, point.label, True, "", paths, ids, sizes, dirty_files(tasks), iceberg.io, uuids)
-
-
-def _uuids_as_binary(schema: Any, uuids: Sequence[str]) -> Any:
-    """``schema`` with the top-level ``uuids`` columns read as ``binary`` (Spark's reader gives their 16 bytes)."""
-    from pyspark.sql import types as st
-
-    return st.StructType(
-        [
-            st.StructField(f.name, st.BinaryType(), f.nullable, f.metadata) if f.name in uuids else f
-            for f in schema.fields
-        ]
+    return NativeReadPlan(
+        opts.table,
+        point.label,
+        True,
+        "",
+        paths,
+        ids,
+        sizes,
+        dirty_files(tasks),
+        iceberg.io,
+        tuple(f.name for f in uuids),
+        tuple(f.field_type for f in uuids),
     )
 
 
-def _uuid_strings(df: Any, uuids: Sequence[str]) -> Any:
-    """``df`` with each ``uuids`` binary column as the canonical lower-case 8-4-4-4-12 string (null stays null)."""
+def _holds_uuid(iceberg_type: Any) -> bool:
+    """Whether ``iceberg_type`` is a ``uuid`` or holds one at any depth."""
+    from pyiceberg.types import ListType, MapType, StructType, UUIDType
+
+    if isinstance(iceberg_type, StructType):
+        return any(_holds_uuid(f.field_type) for f in iceberg_type.fields)
+    if isinstance(iceberg_type, ListType):
+        return _holds_uuid(iceberg_type.element_type)
+    if isinstance(iceberg_type, MapType):
+        return _holds_uuid(iceberg_type.key_type) or _holds_uuid(iceberg_type.value_type)
+    return isinstance(iceberg_type, UUIDType)
+
+
+def _uuid_strings(df: Any, uuids: Sequence[str], types: Sequence[Any]) -> Any:
+    """``df`` with each ``uuid`` of the ``uuids`` columns (Iceberg ``types``) as its canonical string.
+
+    Read as binary, each becomes the lower-case 8-4-4-4-12 string, at any depth; null stays null.
+    """
     if not uuids:
         return df
+    typed = dict(zip(uuids, types, strict=True))
+    return df.select(*[_uuid_text(column(c), typed[c]).alias(c) if c in typed else column(c) for c in df.columns])
+
+
+def _uuid_text(value: Any, iceberg_type: Any) -> Any:
+    """``value`` (a Column of Iceberg ``iceberg_type``, its ``uuid``s as binary) with each ``uuid`` as its string."""
+    from pyiceberg.types import ListType, MapType, StructType, UUIDType
     from pyspark.sql import functions as F  # noqa: N812
 
-    def formatted(name: str) -> Any:
-        digits = F.lower(F.hex(column(name)))
+    if isinstance(iceberg_type, UUIDType):
+        digits = F.lower(F.hex(value))
         parts = [F.substring(digits, start, length) for start, length in ((1, 8), (9, 4), (13, 4), (17, 4), (21, 12))]
-        return F.concat(*[p for part in parts for p in (part, F.lit("-"))][:-1]).alias(name)
-
-    return df.select(*[formatted(c) if c in uuids else column(c) for c in df.columns])
+        return F.concat(*[p for part in parts for p in (part, F.lit("-"))][:-1])
+    if not _holds_uuid(iceberg_type):
+        return value
+    if isinstance(iceberg_type, StructType):
+        fields = [_uuid_text(value.getField(f.name), f.field_type).alias(f.name) for f in iceberg_type.fields]
+        return F.when(value.isNull(), F.lit(None)).otherwise(F.struct(*fields))
+    if isinstance(iceberg_type, ListType):
+        return F.transform(value, lambda element: _uuid_text(element, iceberg_type.element_type))
+    if isinstance(iceberg_type, MapType):
+        if _holds_uuid(iceberg_type.key_type):
+            value = F.transform_keys(value, lambda key, _: _uuid_text(key, iceberg_type.key_type))
+        if _holds_uuid(iceberg_type.value_type):
+            value = F.transform_values(value, lambda _, item: _uuid_text(item, iceberg_type.value_type))
+        return value
+    raise AssertionError(f"a nested type without fields: {iceberg_type}")  # pragma: no cover
 
 
 def _table_obstacle(iceberg: Any, schema: Any) -> str:
@@ -319,14 +356,16 @@ def read_table(spark: Any, table: str, *, native: bool | str = "auto", **options
             len(plan.dirty),
         )
         if not plan.files:
-            return _uuid_strings(spark.createDataFrame([], plan.schema), plan.uuid_columns)
+            return _uuid_strings(spark.createDataFrame([], plan.schema), plan.uuid_columns, plan.uuid_types)
         # recursiveFileLookup: no partition columns inferred from Iceberg's directory names.
         reader = spark.read.schema(plan.schema).option("recursiveFileLookup", "true")
         if not plan.dirty:
-            return _uuid_strings(parquet_scan(reader, plan.files), plan.uuid_columns)
+            return _uuid_strings(parquet_scan(reader, plan.files), plan.uuid_columns, plan.uuid_types)
         try:
             return _uuid_strings(
-                apply_deletes(spark, plan.io, reader, plan.files, plan.sizes, plan.dirty), plan.uuid_columns
+                apply_deletes(spark, plan.io, reader, plan.files, plan.sizes, plan.dirty),
+                plan.uuid_columns,
+                plan.uuid_types,
             )
         except NameMismatch as e:
             if native is True:

@@ -22,7 +22,18 @@ from urllib.parse import unquote
 import pyarrow as pa
 import pytest
 from pyiceberg.schema import Schema
-from pyiceberg.types import IntegerType, LongType, NestedField, StringType, StructType, UUIDType
+from pyiceberg.types import (
+    BinaryType,
+    IntegerType,
+    ListType,
+    LongType,
+    MapType,
+    NestedField,
+    StringType,
+    StructType,
+    TimeType,
+    UUIDType,
+)
 from pyspark.sql import types as T  # noqa: N812 - the usual pyspark idiom
 
 from pyspark_fenced_sink import InvalidOptionsError, read_table
@@ -608,21 +619,68 @@ def test_a_uuid_column_reads_natively_as_the_data_sources_strings(session: Any, 
     )
 
 
-def test_types_spark_parquet_reads_differently_use_the_data_source(session: Any, wh: str) -> None:
-    """A uuid inside a struct reads as text through the data source; the native reader would not: auto falls back."""
-    inner = StructType(NestedField(3, "u", UUIDType()))
-    schema = Schema(NestedField(1, "id", LongType(), required=True), NestedField(2, "s", inner))
+def test_uuids_inside_structs_lists_and_maps_read_natively_as_the_data_sources_strings(session: Any, wh: str) -> None:
+    """A uuid at any depth (a struct field, a list element, a map key and value) reads as its 16 bytes and is
+    formatted natively: the data source's rows, nulls at every level kept."""
+    schema = Schema(
+        NestedField(1, "id", LongType(), required=True),
+        NestedField(2, "s", StructType(NestedField(3, "u", UUIDType()), NestedField(4, "n", IntegerType()))),
+        NestedField(5, "l", ListType(6, UUIDType(), element_required=False)),
+        NestedField(7, "m", MapType(8, StringType(), 9, UUIDType(), value_required=False)),
+        NestedField(10, "k", MapType(11, UUIDType(), 12, IntegerType(), value_required=False)),
+        NestedField(13, "b", BinaryType()),
+    )
     catalog = embedded_catalog(wh)
     catalog.create_namespace_if_not_exists("db")
     table = catalog.create_table("db.nested_uuids", schema=schema)
-    value = uuid.UUID(int=12345)
-    arrow = table.schema().as_arrow()
-    raw = pa.struct([pa.field("u", pa.binary(16))])
-    data = pa.table({"id": [1], "s": pa.array([{"u": value.bytes}], raw)})
-    table.append(data.cast(arrow))
+    a, b = uuid.UUID(int=12345), uuid.UUID("f0e1d2c3-b4a5-9687-7869-5a4b3c2d1e0f")
+    raw = pa.schema(
+        [
+            pa.field("id", pa.int64(), nullable=False),
+            pa.field("s", pa.struct([pa.field("u", pa.binary(16)), pa.field("n", pa.int32())])),
+            pa.field("l", pa.list_(pa.binary(16))),
+            pa.field("m", pa.map_(pa.string(), pa.binary(16))),
+            pa.field("k", pa.map_(pa.binary(16), pa.int32())),
+            pa.field("b", pa.binary()),
+        ]
+    )
+    rows = [
+        {
+            "id": 1,
+            "s": {"u": a.bytes, "n": 1},
+            "l": [a.bytes, None, b.bytes],
+            "m": [("x", a.bytes), ("y", None)],
+            "k": [(b.bytes, 7)],
+            "b": a.bytes,
+        },
+        {"id": 2, "s": {"u": None, "n": 2}, "l": [], "m": [], "k": [], "b": None},
+        {"id": 3, "s": None, "l": None, "m": None, "k": None, "b": None},
+    ]
+    table.append(pa.Table.from_pylist(rows, raw).cast(table.schema().as_arrow()))
     plan = plan_native_read(session, "db.nested_uuids", warehouse=wh)
-    assert not plan.native and "'s.u'" in plan.reason
-    assert [r.s.u for r in read_table(session, "db.nested_uuids", warehouse=wh).collect()] == [str(value)]
+    assert plan.native and plan.uuid_columns == ("s", "l", "m", "k"), plan.reason
+    df = read_table(session, "db.nested_uuids", warehouse=wh)
+    _assert_native(df, plan.files)
+    source = _source(session, wh, "db.nested_uuids")
+    assert df.schema.simpleString() == source.schema.simpleString()
+    assert _sorted(df) == _sorted(source)
+    first = _sorted(df)[0]
+    assert first["s"] == {"u": str(a), "n": 1} and first["l"] == [str(a), None, str(b)]
+    assert first["m"] == {"x": str(a), "y": None} and first["k"] == {str(b): 7} and first["b"] == a.bytes
+    assert [r["s"] for r in _sorted(df)[1:]] == [{"u": None, "n": 2}, None]
+
+
+def test_types_spark_parquet_reads_differently_use_the_data_source(session: Any, wh: str) -> None:
+    """A time column: the data source's rows; the native reader would read it otherwise, so auto falls back."""
+    schema = Schema(NestedField(1, "id", LongType(), required=True), NestedField(2, "t", TimeType()))
+    catalog = embedded_catalog(wh)
+    catalog.create_namespace_if_not_exists("db")
+    table = catalog.create_table("db.times", schema=schema)
+    table.append(pa.table({"id": [1], "t": [dt.time(12, 30, 1, 5)]}).cast(table.schema().as_arrow()))
+    plan = plan_native_read(session, "db.times", warehouse=wh)
+    assert not plan.native and "'t'" in plan.reason and "time" in plan.reason
+    assert _sorted(read_table(session, "db.times", warehouse=wh)) == _sorted(_source(session, wh, "db.times"))
+    assert len(_sorted(_source(session, wh, "db.times"))) == 1
 
 
 def test_a_session_that_turned_field_ids_off_gets_the_data_source(spark: Any, wh: str) -> None:
