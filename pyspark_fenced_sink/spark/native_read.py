@@ -97,7 +97,12 @@ def _type_obstacle(schema: Any) -> str:
     for field_id in schema.field_ids:
         field = schema.find_field(field_id)
         name = schema.find_column_name(field_id)
-        if isinstance(field.field_type, TimeType) or type(field.field_type).__name__ == "UnknownType":
+        if isinstance(field.field_type, TimeType):  # the data source gives Spark's time(6) through Arrow
+            return (
+                f"column {name!r} has type time, which Spark's SQL engine refuses unless the preview setting "
+                "spark.sql.timeType.enabled is on (read_table does not turn it on)"
+            )
+        if type(field.field_type).__name__ == "UnknownType":
             return f"column {name!r} has type {field.field_type}, which Spark's Parquet reader reads differently"
         if getattr(field, "initial_default", None) is not None:
             return f"column {name!r} has a default value for files written before it, which Spark cannot supply"
