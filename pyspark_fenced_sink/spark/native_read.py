@@ -10,9 +10,9 @@ A ``uuid`` (top-level, or inside a struct, list or map) is read as its 16 bytes 
 the canonical string the data source gives (Spark's reader cannot infer the type but reads it as ``binary``).
 Wherever the rows could differ it falls back to the data source and logs why
 (``native=True`` raises the reason instead): equality deletes are refused by the
-planner; a name mapping (files without field ids), ``time``/v3 columns and
-column defaults stay with the data source (Spark's Parquet reader reads them otherwise
-and has no default for a missing column); also delete files that are not Parquet
+planner; a name mapping (files without field ids), ``time`` columns (unless the session turned
+Spark's TIME type on), v3 ``unknown`` columns and column defaults stay with the data source (Spark's
+Parquet reader reads them otherwise and has no default for a missing column); also delete files that are not Parquet
 position deletes, a ``_metadata`` column, glob characters, the field-id conf off, a
 ``filter`` option (the data source applies it to every row), and a Spark Connect
 session on an object store (it cannot be asked for a filesystem). Measured in
@@ -45,6 +45,8 @@ logger = logging.getLogger(__name__)
 
 #: The Spark SQL conf that makes Spark's Parquet reader match columns by field id (Spark's default: false).
 FIELD_ID_READ = "spark.sql.parquet.fieldId.read.enabled"
+#: Spark's preview setting that lets its SQL engine hold TIME values (Spark's Parquet reader reads them then).
+TIME_TYPE_CONF = "spark.sql.timeType.enabled"
 #: The StructField metadata key Spark's Parquet reader takes a column's field id from.
 FIELD_ID_KEY = "parquet.field.id"
 #: Iceberg's table property naming the columns of files written without field ids.
@@ -90,17 +92,20 @@ class NativeReadPlan:
     uuid_types: tuple[Any, ...] = ()
 
 
-def _type_obstacle(schema: Any) -> str:
-    """Why some column of ``schema`` would not read the same through Spark's Parquet reader ("" if none)."""
+def _type_obstacle(schema: Any, time_enabled: Callable[[], bool]) -> str:
+    """Why some column of ``schema`` would not read the same through Spark's Parquet reader ("" if none).
+
+    ``time_enabled``: whether the session turned Spark's TIME type on (asked only for a ``time`` column).
+    """
     from pyiceberg.types import TimeType
 
     for field_id in schema.field_ids:
         field = schema.find_field(field_id)
         name = schema.find_column_name(field_id)
-        if isinstance(field.field_type, TimeType):  # the data source gives Spark's time(6) through Arrow
+        if isinstance(field.field_type, TimeType) and not time_enabled():  # the data source gives time(6)
             return (
                 f"column {name!r} has type time, which Spark's SQL engine refuses unless the preview setting "
-                "spark.sql.timeType.enabled is on (read_table does not turn it on)"
+                f"{TIME_TYPE_CONF} is on (read_table does not turn it on; with it on, time reads natively)"
             )
         if type(field.field_type).__name__ == "UnknownType":
             return f"column {name!r} has type {field.field_type}, which Spark's Parquet reader reads differently"
@@ -240,7 +245,7 @@ def plan_native_read(spark: Any, table: str, *, native: bool | str = "auto", **o
     else:
         point = resolve_point(iceberg, opts)
     # The obstacles that need no plan first: a read that falls back plans once, in the data source.
-    reason = "native=False" if native is False else _table_obstacle(iceberg, point.schema)
+    reason = "native=False" if native is False else _table_obstacle(spark, iceberg, point.schema)
     if not reason and opts.row_filter is not None:  # Spark's reader would return the kept files' other rows
         reason = "a filter option: the data source applies it to the rows exactly (and skips the files it excludes)"
     if not reason and not opts.incremental:
@@ -320,13 +325,13 @@ def _uuid_text(value: Any, iceberg_type: Any) -> Any:
     raise AssertionError(f"a nested type without fields: {iceberg_type}")  # pragma: no cover
 
 
-def _table_obstacle(iceberg: Any, schema: Any) -> str:
+def _table_obstacle(spark: Any, iceberg: Any, schema: Any) -> str:
     """Why the table's metadata rules the native path out ("" if it does not)."""
     if NAME_MAPPING_PROPERTY in iceberg.properties:
         return f"the table has {NAME_MAPPING_PROPERTY} (data files without field ids)"
     if any(f.name == METADATA_COLUMN for f in schema.fields):
         return f"the table has a column {METADATA_COLUMN!r}, which hides Spark's file metadata column"
-    return _type_obstacle(schema)
+    return _type_obstacle(schema, lambda: str(spark.conf.get(TIME_TYPE_CONF, "false")).strip().lower() == "true")
 
 
 def _plan_obstacle(tasks: Sequence[Any], paths: Sequence[str], scheme_reason: Callable[[str], str]) -> str:

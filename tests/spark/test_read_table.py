@@ -40,7 +40,7 @@ from pyspark_fenced_sink import InvalidOptionsError, read_table
 from pyspark_fenced_sink.iceberg.catalogs import embedded_catalog
 from pyspark_fenced_sink.spark import delete_bitmap, jvm_calls, native_deletes
 from pyspark_fenced_sink.spark.native_deletes import listed_name, spark_file_name
-from pyspark_fenced_sink.spark.native_read import FIELD_ID_READ, plan_native_read
+from pyspark_fenced_sink.spark.native_read import FIELD_ID_READ, TIME_TYPE_CONF, plan_native_read
 from tests.read.rowdelta import commit_deletes, position_delete_file
 
 pytestmark = pytest.mark.spark
@@ -670,17 +670,31 @@ def test_uuids_inside_structs_lists_and_maps_read_natively_as_the_data_sources_s
     assert [r["s"] for r in _sorted(df)[1:]] == [{"u": None, "n": 2}, None]
 
 
-def test_types_spark_parquet_reads_differently_use_the_data_source(session: Any, wh: str) -> None:
-    """A time column: the data source's rows; the native reader would read it otherwise, so auto falls back."""
+def test_a_time_column_reads_natively_only_where_the_session_turned_sparks_time_type_on(spark: Any, wh: str) -> None:
+    """Spark 4.3 keeps TIME behind a preview setting: off, a time column falls back to the data source (whose
+    Arrow path gives time(6)); on (the user's choice, never read_table's), Spark's reader reads it: the same rows."""
     schema = Schema(NestedField(1, "id", LongType(), required=True), NestedField(2, "t", TimeType()))
     catalog = embedded_catalog(wh)
     catalog.create_namespace_if_not_exists("db")
     table = catalog.create_table("db.times", schema=schema)
-    table.append(pa.table({"id": [1], "t": [dt.time(12, 30, 1, 5)]}).cast(table.schema().as_arrow()))
-    plan = plan_native_read(session, "db.times", warehouse=wh)
-    assert not plan.native and "'t'" in plan.reason and "time" in plan.reason
-    assert _sorted(read_table(session, "db.times", warehouse=wh)) == _sorted(_source(session, wh, "db.times"))
-    assert len(_sorted(_source(session, wh, "db.times"))) == 1
+    times = [dt.time(12, 30, 1, 5), None]
+    table.append(pa.table({"id": [1, 2], "t": times}).cast(table.schema().as_arrow()))
+    expected = [{"id": 1, "t": times[0]}, {"id": 2, "t": None}]
+    off, on = spark.newSession(), spark.newSession()
+    off.conf.set(TIME_TYPE_CONF, "false")
+    on.conf.set(TIME_TYPE_CONF, "true")
+    plan = plan_native_read(off, "db.times", warehouse=wh)
+    assert not plan.native and "'t'" in plan.reason and TIME_TYPE_CONF in plan.reason
+    assert _sorted(read_table(off, "db.times", warehouse=wh)) == _sorted(_source(off, wh, "db.times")) == expected
+    assert off.conf.get(TIME_TYPE_CONF) == "false"
+    plan = plan_native_read(on, "db.times", warehouse=wh)
+    assert plan.native, plan.reason
+    df = read_table(on, "db.times", warehouse=wh)
+    _assert_native(df, plan.files)
+    assert (
+        df.schema.simpleString() == _source(on, wh, "db.times").schema.simpleString() == "struct<id:bigint,t:time(6)>"
+    )
+    assert _sorted(df) == expected
 
 
 def test_a_session_that_turned_field_ids_off_gets_the_data_source(spark: Any, wh: str) -> None:
