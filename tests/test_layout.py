@@ -74,7 +74,7 @@ Graph = Mapping[str, Iterable[str]]
 #: Spark's configuration keys (``spark.sql.execution.*``) and Iceberg's table properties (``write.parquet.*``).
 FOREIGN_NAMES = re.compile(
     r"spark\.(?:read|readStream|range|createDataFrame|table|conf|dataSource|hadoop|jobGroup|local|ui|"
-    r"sql\.(?:execution|parquet|python|session|shuffle|catalog))\b|(?:write|read)\.(?:parquet|metadata|split)\b"
+    r"sql\.(?:execution|parquet|python|session|shuffle|catalog|timeType))\b|(?:write|read)\.(?:parquet|metadata|split)\b"
 )
 
 
