@@ -10,6 +10,16 @@ builds REST and SQL catalogs through the subclasses here:
   config fetch, OAuth2 tokens, loads, commits) times out after
   ``request-timeout`` seconds (a catalog property; default
   :data:`REQUEST_TIMEOUT_DEFAULT_S`). A timed-out commit is an unknown outcome (§4).
+  A request that could not connect (refused, or reset before a connection was made)
+  is retried whatever its method (nothing was sent); one whose connection was reset or
+  closed before an answer is retried only when it changes nothing: ``GET``, ``HEAD``
+  and the OAuth2 token request (a ``client_credentials`` grant). Up to
+  :data:`RESET_RETRIES` retries: the first at once, then after 0.2 and 0.4 s (each
+  plus up to 0.1 s of jitter: writers reset together do not retry together). A timeout is
+  never retried (it already took ``request-timeout``), nor a commit whose connection
+  broke (its outcome is unknown: §4 decides), nor an answer of any status.
+  An adapter pyiceberg mounts itself (SigV4 signing) keeps its own retries and gets
+  the timeout.
 * :func:`bounded_sql_catalog` (an ``iceberg.sql_catalog.LeanSqlCatalog``) on
   PostgreSQL -- a pooled connection idle for a few seconds is pinged before use
   (``sql_catalog.ping_after_idle``: a pool of connections that died in an outage
@@ -27,6 +37,7 @@ property replaces the idle ping (``true``: SQLAlchemy's ping before every use;
 
 from __future__ import annotations
 
+import functools
 import select
 import time
 from collections.abc import Mapping
@@ -36,6 +47,7 @@ __all__ = [
     "NO_ANSWER",
     "REQUEST_TIMEOUT",
     "REQUEST_TIMEOUT_DEFAULT_S",
+    "RESET_RETRIES",
     "bounded_rest_catalog",
     "bounded_sql_catalog",
     "install_statement_bound",
@@ -48,6 +60,10 @@ NO_ANSWER = "timed out: no answer from the PostgreSQL server"
 #: Catalog property: seconds a catalog request may take before it fails (REST and PostgreSQL).
 REQUEST_TIMEOUT = "request-timeout"
 REQUEST_TIMEOUT_DEFAULT_S = 30.0
+#: Retries of a REST request whose connection was refused or reset (see the module docstring).
+RESET_RETRIES = 3
+#: Methods retried after a reset: they change nothing on the server.
+_READ_METHODS = frozenset({"GET", "HEAD"})
 #: libpq settings added to a PostgreSQL URI that does not set them (seconds).
 _LIBPQ_DEFAULTS = {
     "connect_timeout": "10",
@@ -76,27 +92,97 @@ def request_timeout_s(properties: Mapping[str, Any]) -> float:
     return value
 
 
-def _requests_timeout_adapter(timeout_s: float) -> Any:
+@functools.cache
+def _bounded_adapter_class() -> type:
+    """The ``requests`` ``HTTPAdapter`` with a default timeout and urllib3 retries of refused or reset connections."""
     from requests.adapters import HTTPAdapter
+    from urllib3.exceptions import NewConnectionError, ProtocolError
+    from urllib3.util.retry import Retry
 
-    class TimeoutAdapter(HTTPAdapter):
-        """Gives every request without its own timeout this one (connect and read)."""
+    class ResetRetry(Retry):
+        def increment(
+            self,
+            method: Any = None,
+            url: Any = None,
+            response: Any = None,
+            error: Any = None,
+            _pool: Any = None,
+            _stacktrace: Any = None,
+        ) -> Any:
+            if not isinstance(error, (NewConnectionError, ProtocolError)):
+                # A timeout, or an answer: as without retries (a read error raised as itself).
+                return Retry(0, read=False).increment(method, url, response, error, _pool, _stacktrace)
+            return super().increment(method, url, response, error, _pool, _stacktrace)
+
+    class BoundedAdapter(HTTPAdapter):
+        """Gives every request without its own timeout ``timeout_s``; ``methods`` are retried after a reset."""
+
+        fencedlake_bounded = True
+
+        def __init__(self, timeout_s: float, methods: frozenset[str]) -> None:
+            self.timeout_s = timeout_s
+            retry = ResetRetry(
+                total=RESET_RETRIES,
+                connect=RESET_RETRIES,
+                read=RESET_RETRIES,
+                status=0,
+                other=0,
+                allowed_methods=methods,
+                backoff_factor=0.1,
+                backoff_jitter=0.1,
+                respect_retry_after_header=False,
+            )
+            super().__init__(max_retries=retry)
 
         def send(self, request: Any, stream: bool = False, timeout: Any = None, *args: Any, **kwargs: Any) -> Any:
-            return super().send(request, stream, timeout_s if timeout is None else timeout, *args, **kwargs)
+            return super().send(request, stream, self.timeout_s if timeout is None else timeout, *args, **kwargs)
 
-    return TimeoutAdapter()
+    return BoundedAdapter
+
+
+def _mount_bounded(session: Any, properties: Mapping[str, Any], token_url: str | None) -> None:
+    """Mount the bounded adapters on ``session`` and bound any other it has (see the module docstring).
+
+    Called again on the same session, it bounds only the adapters mounted since.
+    """
+    timeout_s = request_timeout_s(properties)
+    bounded = _bounded_adapter_class()
+    if not any(getattr(a, "fencedlake_bounded", False) for a in session.adapters.values()):
+        for prefix in ("http://", "https://"):
+            session.mount(prefix, bounded(timeout_s, _READ_METHODS))
+        if token_url:  # a client_credentials grant changes nothing: retried after a reset too
+            session.mount(token_url, bounded(timeout_s, _READ_METHODS | {"POST"}))
+    for adapter in session.adapters.values():
+        if not getattr(adapter, "fencedlake_bounded", False):  # pyiceberg's own (SigV4): keeps its retries
+            adapter.send = _with_timeout(adapter.send, timeout_s)
+            adapter.fencedlake_bounded = True
+
+
+def _with_timeout(send: Any, timeout_s: float) -> Any:
+    def bounded(request: Any, stream: bool = False, timeout: Any = None, *args: Any, **kwargs: Any) -> Any:
+        return send(request, stream, timeout_s if timeout is None else timeout, *args, **kwargs)
+
+    return bounded
 
 
 def _rest_catalog_class() -> type:
     from pyiceberg.catalog.rest import RestCatalog
 
     class _Bounded(RestCatalog):
+        def _token_url(self) -> str | None:
+            url = self.properties.get("oauth2-server-uri")
+            if url or "credential" not in self.properties:
+                return str(url) if url else None
+            return f"{str(self.uri).rstrip('/')}/v1/oauth/tokens"
+
+        def _create_legacy_oauth2_auth_manager(self, session: Any) -> Any:
+            # pyiceberg fetches the first OAuth2 token here, before _create_session returns: bound it too.
+            _mount_bounded(session, self.properties, self._token_url())
+            return super()._create_legacy_oauth2_auth_manager(session)
+
         def _create_session(self) -> Any:
             session = super()._create_session()
-            adapter = _requests_timeout_adapter(request_timeout_s(self.properties))
-            session.mount("http://", adapter)
-            session.mount("https://", adapter)
+            _mount_bounded(session, self.properties, self._token_url())
             return session
 
     return _Bounded

@@ -69,3 +69,18 @@ def test_request_timeout_property_that_is_not_positive_is_refused(value: str) ->
     """A zero, negative or non-numeric request-timeout is an error naming the property."""
     with pytest.raises(ValueError, match="request-timeout"):
         request_timeout_s({"request-timeout": value})
+
+
+def test_an_adapter_pyiceberg_mounts_itself_gets_the_request_timeout_too(silent_port: int) -> None:
+    """SigV4 signing mounts pyiceberg's own adapter on the catalog URI: it is bounded like the sink's."""
+    import requests
+    from requests.adapters import HTTPAdapter
+
+    uri = f"http://127.0.0.1:{silent_port}"
+    session = requests.Session()
+    session.mount(uri, HTTPAdapter())  # more specific than the sink's "http://": it answers for the URI
+    timeouts._mount_bounded(session, {"request-timeout": "0.5"}, None)
+    t0 = time.monotonic()
+    with pytest.raises(requests.exceptions.ReadTimeout):
+        session.get(f"{uri}/v1/config")
+    assert time.monotonic() - t0 < 3
