@@ -18,8 +18,8 @@ builds REST and SQL catalogs through the subclasses here:
   plus up to 0.1 s of jitter: writers reset together do not retry together). A timeout is
   never retried (it already took ``request-timeout``), nor a commit whose connection
   broke (its outcome is unknown: §4 decides), nor an answer of any status.
-  An adapter pyiceberg mounts itself (SigV4 signing) keeps its own retries and gets
-  the timeout.
+  An adapter pyiceberg mounts itself (SigV4 signing, on the catalog URI) keeps its own
+  retries and gets the timeout; with SigV4 the token request is left to it too.
 * :func:`bounded_sql_catalog` (an ``iceberg.sql_catalog.LeanSqlCatalog``) on
   PostgreSQL -- a pooled connection idle for a few seconds is pinged before use
   (``sql_catalog.ping_after_idle``: a pool of connections that died in an outage
@@ -166,10 +166,17 @@ def _with_timeout(send: Any, timeout_s: float) -> Any:
 
 
 def _rest_catalog_class() -> type:
-    from pyiceberg.catalog.rest import RestCatalog
+    from pyiceberg.catalog.rest import SIGV4, RestCatalog
 
     class _Bounded(RestCatalog):
         def _token_url(self) -> str | None:
+            """Where pyiceberg's legacy OAuth2 flow posts for tokens; None without one, or with SigV4.
+
+            With SigV4 the catalog URI's adapter signs every request, so no adapter of ours may take
+            the token URL from it (a longer prefix would).
+            """
+            if str(self.properties.get(SIGV4, "")).lower() == "true":
+                return None
             url = self.properties.get("oauth2-server-uri")
             if url or "credential" not in self.properties:
                 return str(url) if url else None

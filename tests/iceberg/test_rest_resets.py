@@ -174,3 +174,23 @@ def test_a_request_that_timed_out_is_not_retried(start) -> None:
         load_catalog(_config(server, **{"request-timeout": "0.5"}))
     assert time.monotonic() - t0 < 3
     assert server.seen[CONFIG] == 1, server.seen
+
+
+def test_with_sigv4_the_token_url_stays_with_the_signing_adapter(start) -> None:
+    """SigV4 signs every request on the catalog URI: no adapter of the sink's takes the token URL from it."""
+    pytest.importorskip("boto3")
+    server = start({})
+    config = _config(
+        server,
+        credential="client:secret",
+        **{
+            "rest.sigv4-enabled": "true",
+            "rest.signing-region": "us-east-1",
+            "client.access-key-id": "AKIAEXAMPLE",
+            "client.secret-access-key": "example-secret",
+        },
+    )
+    catalog = load_catalog(config)
+    adapter = catalog._session.get_adapter(f"http://127.0.0.1:{server.port}/v1/oauth/tokens")
+    assert type(adapter).__name__ == "SigV4Adapter", adapter
+    assert adapter.fencedlake_bounded  # and it got the request timeout
