@@ -93,8 +93,8 @@ def request_timeout_s(properties: Mapping[str, Any]) -> float:
 
 
 @functools.cache
-def _bounded_adapter_class() -> type:
-    """The ``requests`` ``HTTPAdapter`` with a default timeout and urllib3 retries of refused or reset connections."""
+def _retrying_adapter_class() -> type:
+    """The ``requests`` ``HTTPAdapter`` whose urllib3 retries take refused or reset connections only."""
     from requests.adapters import HTTPAdapter
     from urllib3.exceptions import NewConnectionError, ProtocolError
     from urllib3.util.retry import Retry
@@ -114,13 +114,10 @@ def _bounded_adapter_class() -> type:
                 return Retry(0, read=False).increment(method, url, response, error, _pool, _stacktrace)
             return super().increment(method, url, response, error, _pool, _stacktrace)
 
-    class BoundedAdapter(HTTPAdapter):
-        """Gives every request without its own timeout ``timeout_s``; ``methods`` are retried after a reset."""
+    class ResetAdapter(HTTPAdapter):
+        """Retries a refused connection for any request, a reset one for ``methods`` only."""
 
-        fencedlake_bounded = True
-
-        def __init__(self, timeout_s: float, methods: frozenset[str]) -> None:
-            self.timeout_s = timeout_s
+        def __init__(self, methods: frozenset[str]) -> None:
             retry = ResetRetry(
                 total=RESET_RETRIES,
                 connect=RESET_RETRIES,
@@ -134,26 +131,23 @@ def _bounded_adapter_class() -> type:
             )
             super().__init__(max_retries=retry)
 
-        def send(self, request: Any, stream: bool = False, timeout: Any = None, *args: Any, **kwargs: Any) -> Any:
-            return super().send(request, stream, self.timeout_s if timeout is None else timeout, *args, **kwargs)
-
-    return BoundedAdapter
+    return ResetAdapter
 
 
 def _mount_bounded(session: Any, properties: Mapping[str, Any], token_url: str | None) -> None:
-    """Mount the bounded adapters on ``session`` and bound any other it has (see the module docstring).
+    """Mount the retrying adapters on ``session`` and give every adapter it has the timeout (module docstring).
 
     Called again on the same session, it bounds only the adapters mounted since.
     """
-    timeout_s = request_timeout_s(properties)
-    bounded = _bounded_adapter_class()
-    if not any(getattr(a, "fencedlake_bounded", False) for a in session.adapters.values()):
+    retrying = _retrying_adapter_class()
+    if not any(isinstance(a, retrying) for a in session.adapters.values()):
         for prefix in ("http://", "https://"):
-            session.mount(prefix, bounded(timeout_s, _READ_METHODS))
+            session.mount(prefix, retrying(_READ_METHODS))
         if token_url:  # a client_credentials grant changes nothing: retried after a reset too
-            session.mount(token_url, bounded(timeout_s, _READ_METHODS | {"POST"}))
+            session.mount(token_url, retrying(_READ_METHODS | {"POST"}))
+    timeout_s = request_timeout_s(properties)
     for adapter in session.adapters.values():
-        if not getattr(adapter, "fencedlake_bounded", False):  # pyiceberg's own (SigV4): keeps its retries
+        if not getattr(adapter, "fencedlake_bounded", False):  # ours, and pyiceberg's own (SigV4: its retries)
             adapter.send = _with_timeout(adapter.send, timeout_s)
             adapter.fencedlake_bounded = True
 
