@@ -160,7 +160,8 @@ def _with_timeout(send: Any, timeout_s: float) -> Any:
 
 
 def _rest_catalog_class() -> type:
-    from pyiceberg.catalog.rest import SIGV4, RestCatalog
+    from pyiceberg.catalog.rest import CREDENTIAL, OAUTH2_SERVER_URI, SIGV4, Endpoints, RestCatalog
+    from pyiceberg.utils.properties import property_as_bool
 
     class _Bounded(RestCatalog):
         def _token_url(self) -> str | None:
@@ -169,12 +170,12 @@ def _rest_catalog_class() -> type:
             With SigV4 the catalog URI's adapter signs every request, so no adapter of ours may take
             the token URL from it (a longer prefix would).
             """
-            if str(self.properties.get(SIGV4, "")).lower() == "true":
+            if property_as_bool(self.properties, SIGV4, False):  # as pyiceberg decides to mount SigV4
                 return None
-            url = self.properties.get("oauth2-server-uri")
-            if url or "credential" not in self.properties:
+            url = self.properties.get(OAUTH2_SERVER_URI)
+            if url or CREDENTIAL not in self.properties:
                 return str(url) if url else None
-            return f"{str(self.uri).rstrip('/')}/v1/oauth/tokens"
+            return str(self.url(Endpoints.get_token, prefixed=False))  # pyiceberg's default token URL
 
         def _create_legacy_oauth2_auth_manager(self, session: Any) -> Any:
             # pyiceberg fetches the first OAuth2 token here, before _create_session returns: bound it too.

@@ -184,7 +184,7 @@ def test_with_sigv4_the_token_url_stays_with_the_signing_adapter(start) -> None:
         server,
         credential="client:secret",
         **{
-            "rest.sigv4-enabled": "true",
+            "rest.sigv4-enabled": "1",  # pyiceberg reads it with strtobool: "1" turns SigV4 on
             "rest.signing-region": "us-east-1",
             "client.access-key-id": "AKIAEXAMPLE",
             "client.secret-access-key": "example-secret",
