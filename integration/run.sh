@@ -8,11 +8,12 @@
 #   Apache Iceberg's own REST fixture (a JVM; jars from integration/jvm/fetch.sh, cached) on
 #   127.0.0.1 (integration/services/*.sh), exports their connection settings, runs pytest,
 #   and stops every service on any exit (success, failure or Ctrl-C). Ports: FENCEDLAKE_IT_
-#   PG_PORT (54329), S3_PORT (54330), REST_PORT (54331), AZURE_PORT (54332), GCS_PORT (54333),
-#   ICEBERG_REST_PORT (54338); integration/test_connect.py and test_cluster.py start a Spark
-#   Connect server (CONNECT_PORT, 54334) and a standalone cluster (MASTER_PORT, 54335, workers on
+#   PG_PORT (24329), S3_PORT (24330), REST_PORT (24331), AZURE_PORT (24332), GCS_PORT (24333),
+#   ICEBERG_REST_PORT (24338); integration/test_connect.py and test_cluster.py start a Spark
+#   Connect server (CONNECT_PORT, 24334) and a standalone cluster (MASTER_PORT, 24335, workers on
 #   the next two) themselves, and integration/test_network_faults.py starts toxiproxy (API on
-#   TOXIPROXY_PORT, 54340; its proxies listen on TOXIPROXY_LISTEN, 54341-54360; built with Go once).
+#   TOXIPROXY_PORT, 24340; its proxies listen on TOXIPROXY_LISTEN, 24341-24360; built with Go once).
+#   Every default lies below Linux's ephemeral range (32768-60999): a client socket never holds one.
 #   FENCEDLAKE_IT_KEEP_SERVICES=1 leaves them running for a faster next run.
 # FENCEDLAKE_IT_TARGET=docker: starts nothing; expects FENCEDLAKE_IT_PG_URI,
 #   FENCEDLAKE_IT_S3_ENDPOINT, FENCEDLAKE_IT_S3_BUCKET and AWS_* from the environment
@@ -41,8 +42,8 @@ local)
     fi
     PY="${FENCEDLAKE_PYTHON:-$VENV/bin/python}"
 
-    PG_PORT="${FENCEDLAKE_IT_PG_PORT:-54329}"
-    S3_PORT="${FENCEDLAKE_IT_S3_PORT:-54330}"
+    PG_PORT="${FENCEDLAKE_IT_PG_PORT:-24329}"
+    S3_PORT="${FENCEDLAKE_IT_S3_PORT:-24330}"
     PG_USER="${FENCEDLAKE_IT_PG_USER:-fencedlake}"
     PG_DB="${FENCEDLAKE_IT_PG_DB:-fencedlake}"
     # Same default as postgres.sh; exported so both sides agree. Never printed.
@@ -86,10 +87,10 @@ local)
     export FENCEDLAKE_IT_S3_ENDPOINT="http://127.0.0.1:$S3_PORT"
     export FENCEDLAKE_IT_AZURE_CONNECTION_STRING="$(integration/services/azurite.sh connection-string)"
     export FENCEDLAKE_IT_AZURE_CONTAINER="${FENCEDLAKE_IT_AZURE_CONTAINER:-fencedlake}"
-    export FENCEDLAKE_IT_GCS_ENDPOINT="http://127.0.0.1:${FENCEDLAKE_IT_GCS_PORT:-54333}"
+    export FENCEDLAKE_IT_GCS_ENDPOINT="http://127.0.0.1:${FENCEDLAKE_IT_GCS_PORT:-24333}"
     export FENCEDLAKE_IT_GCS_BUCKET="${FENCEDLAKE_IT_GCS_BUCKET:-fencedlake}"
-    export FENCEDLAKE_IT_REST_URI="http://127.0.0.1:${FENCEDLAKE_IT_REST_PORT:-54331}"
-    export FENCEDLAKE_IT_ICEBERG_REST_URI="http://127.0.0.1:${FENCEDLAKE_IT_ICEBERG_REST_PORT:-54338}"
+    export FENCEDLAKE_IT_REST_URI="http://127.0.0.1:${FENCEDLAKE_IT_REST_PORT:-24331}"
+    export FENCEDLAKE_IT_ICEBERG_REST_URI="http://127.0.0.1:${FENCEDLAKE_IT_ICEBERG_REST_PORT:-24338}"
     # Test-only OAuth2 client of the REST test server (rest.sh uses the same defaults).
     export FENCEDLAKE_IT_REST_CREDENTIAL="${FENCEDLAKE_IT_REST_CLIENT_ID:-fencedlake}:${FENCEDLAKE_IT_REST_CLIENT_SECRET:-fencedlake-it-only}"
     # Google clients must never look for a GCE metadata server (a link-local address): the GCS

@@ -3,7 +3,7 @@
 Each module that needs one starts it through its script in ``integration/services/``
 (``connect.sh``, ``cluster.sh``: the same scripts a developer runs by hand) and stops
 it when the module ends, so a run of other modules pays nothing for them. Ports come
-from ``FENCEDLAKE_IT_CONNECT_PORT`` (54334) and ``FENCEDLAKE_IT_MASTER_PORT`` (54335; the two
+from ``FENCEDLAKE_IT_CONNECT_PORT`` (24334) and ``FENCEDLAKE_IT_MASTER_PORT`` (24335; the two
 workers take the next two; web UIs take free ports).
 """
 
@@ -18,8 +18,8 @@ ROOT = Path(__file__).resolve().parents[1]
 SERVICES = ROOT / "integration" / "services"
 STATE = Path(os.environ.get("FENCEDLAKE_IT_STATE", ROOT / ".integration"))
 
-CONNECT_PORT = int(os.environ.get("FENCEDLAKE_IT_CONNECT_PORT", "54334"))
-MASTER_PORT = int(os.environ.get("FENCEDLAKE_IT_MASTER_PORT", "54335"))
+CONNECT_PORT = int(os.environ.get("FENCEDLAKE_IT_CONNECT_PORT", "24334"))
+MASTER_PORT = int(os.environ.get("FENCEDLAKE_IT_MASTER_PORT", "24335"))
 
 
 def service(script: str, *args: str, timeout: float = 300) -> str:

@@ -8,7 +8,7 @@ the fault suite use it alike::
     from integration.faults.toxiproxy import Toxiproxy, start_service
 
     api = start_service()                       # or Toxiproxy() if it already runs
-    s3 = api.create("s3-app0", upstream="127.0.0.1:54330")
+    s3 = api.create("s3-app0", upstream="127.0.0.1:24330")
     endpoint = f"http://{s3.listen}"            # what the app uses as its S3 endpoint
     s3.add_toxic("latency", latency=20, jitter=5)   # every response 20 +- 5 ms late
     with s3.toxic("reset_peer", stream="downstream", timeout=0):
@@ -25,8 +25,8 @@ never close), ``reset_peer`` (``timeout`` ms, then a TCP RST), ``slicer`` (``ave
 ``toxicity`` is the share of connections a toxic applies to, drawn per connection.
 
 Listen ports come from ``FENCEDLAKE_IT_TOXIPROXY_LISTEN`` (``FIRST-LAST``, default
-54341-54360), so proxies never take a port another service or engineer was given;
-the API is at ``FENCEDLAKE_IT_TOXIPROXY_PORT`` (54340).
+24341-24360), so proxies never take a port another service or engineer was given;
+the API is at ``FENCEDLAKE_IT_TOXIPROXY_PORT`` (24340).
 """
 
 from __future__ import annotations
@@ -64,8 +64,8 @@ class ToxiproxyError(RuntimeError):
 
 
 def api_port() -> int:
-    """The API port (``FENCEDLAKE_IT_TOXIPROXY_PORT``, default 54340)."""
-    return int(os.environ.get("FENCEDLAKE_IT_TOXIPROXY_PORT", "54340"))
+    """The API port (``FENCEDLAKE_IT_TOXIPROXY_PORT``, default 24340)."""
+    return int(os.environ.get("FENCEDLAKE_IT_TOXIPROXY_PORT", "24340"))
 
 
 def listen_ports() -> range:

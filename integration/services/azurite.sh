@@ -10,7 +10,7 @@
 # inserts it with no await in between, on Node's single thread (integration/test_services.py
 # races 16 creators on one key to check it).
 #
-# Env: FENCEDLAKE_IT_AZURE_PORT (54332), FENCEDLAKE_IT_AZURE_CONTAINER (fencedlake),
+# Env: FENCEDLAKE_IT_AZURE_PORT (24332), FENCEDLAKE_IT_AZURE_CONTAINER (fencedlake),
 #      FENCEDLAKE_IT_STATE (.integration), VENV (.venv: azure-storage-blob creates the container).
 # The account is Azurite's documented development account (devstoreaccount1 and its
 # published key): not a secret.
@@ -19,7 +19,7 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 NAME=azurite
 HOST=127.0.0.1
-PORT="${FENCEDLAKE_IT_AZURE_PORT:-54332}"
+PORT="${FENCEDLAKE_IT_AZURE_PORT:-24332}"
 CONTAINER="${FENCEDLAKE_IT_AZURE_CONTAINER:-fencedlake}"
 STATE="${FENCEDLAKE_IT_STATE:-$ROOT/.integration}"
 DIR="$STATE/azurite-run"

@@ -5,7 +5,7 @@
 #
 #   integration/services/cluster.sh start|stop|status
 #
-# The master listens on FENCEDLAKE_IT_MASTER_PORT (54335), worker N (1, 2) on that port + N; web UIs
+# The master listens on FENCEDLAKE_IT_MASTER_PORT (24335), worker N (1, 2) on that port + N; web UIs
 # take free ports the system picks (a fixed UI port that is busy makes Spark try the next one,
 # which may be a worker's). Each worker offers 1 core and 1 GiB; executors and their
 # Python workers run the venv's interpreter (PYSPARK_PYTHON). Each daemon's PID file, log and
@@ -13,12 +13,12 @@
 # its own process group: the executors it launches belong to it, so killing the group is a
 # machine going away (the test does that).
 #
-# Env: FENCEDLAKE_IT_MASTER_PORT (54335), FENCEDLAKE_IT_STATE (.integration), VENV (.venv).
+# Env: FENCEDLAKE_IT_MASTER_PORT (24335), FENCEDLAKE_IT_STATE (.integration), VENV (.venv).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 HOST=127.0.0.1
-MASTER_PORT="${FENCEDLAKE_IT_MASTER_PORT:-54335}"
+MASTER_PORT="${FENCEDLAKE_IT_MASTER_PORT:-24335}"
 STATE="${FENCEDLAKE_IT_STATE:-$ROOT/.integration}"
 VENV="${VENV:-.venv}"
 case "$VENV" in /*) ;; *) VENV="$ROOT/$VENV" ;; esac

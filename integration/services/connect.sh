@@ -9,13 +9,13 @@
 # Spark's own temporary files (the sessions' artifact directories) go to $STATE/connect/tmp.
 # Its Python workers run the venv's interpreter (PYSPARK_PYTHON), which has the package.
 #
-# Env: FENCEDLAKE_IT_CONNECT_PORT (54334), FENCEDLAKE_IT_STATE (.integration), VENV (.venv).
+# Env: FENCEDLAKE_IT_CONNECT_PORT (24334), FENCEDLAKE_IT_STATE (.integration), VENV (.venv).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 NAME=connect
 HOST=127.0.0.1
-PORT="${FENCEDLAKE_IT_CONNECT_PORT:-54334}"
+PORT="${FENCEDLAKE_IT_CONNECT_PORT:-24334}"
 STATE="${FENCEDLAKE_IT_STATE:-$ROOT/.integration}"
 DIR="$STATE/connect"
 MATCH="org.apache.spark.sql.connect.service.SparkConnectServer"

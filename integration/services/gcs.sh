@@ -8,14 +8,14 @@
 # It honours ifGenerationMatch=0 on uploads (412 when the object exists), atomically:
 # integration/test_services.py races 16 creators on one key to check it.
 #
-# Env: FENCEDLAKE_IT_GCS_PORT (54333), FENCEDLAKE_IT_GCS_BUCKET (fencedlake),
+# Env: FENCEDLAKE_IT_GCS_PORT (24333), FENCEDLAKE_IT_GCS_BUCKET (fencedlake),
 #      FENCEDLAKE_IT_STATE (.integration), VENV (.venv).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 NAME=gcs
 HOST=127.0.0.1
-PORT="${FENCEDLAKE_IT_GCS_PORT:-54333}"
+PORT="${FENCEDLAKE_IT_GCS_PORT:-24333}"
 BUCKET="${FENCEDLAKE_IT_GCS_BUCKET:-fencedlake}"
 STATE="${FENCEDLAKE_IT_STATE:-$ROOT/.integration}"
 DIR="$STATE/gcs"

@@ -10,7 +10,7 @@
 # role and database exist with the configured password. Every step is idempotent.
 #
 # Env (defaults):
-#   FENCEDLAKE_IT_PG_PORT      54329
+#   FENCEDLAKE_IT_PG_PORT      24329
 #   FENCEDLAKE_IT_PG_USER      fencedlake   (login role; password auth over TCP)
 #   FENCEDLAKE_IT_PG_DB        fencedlake
 #   FENCEDLAKE_IT_PG_PASSWORD  a fixed test-only default; never printed
@@ -19,7 +19,7 @@ set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 HOST=127.0.0.1
-PORT="${FENCEDLAKE_IT_PG_PORT:-54329}"
+PORT="${FENCEDLAKE_IT_PG_PORT:-24329}"
 ROLE="${FENCEDLAKE_IT_PG_USER:-fencedlake}"
 DB="${FENCEDLAKE_IT_PG_DB:-fencedlake}"
 PASSWORD="${FENCEDLAKE_IT_PG_PASSWORD:-fencedlake-it-only}"

@@ -6,16 +6,16 @@
 #
 #   integration/services/rest.sh start|stop|status
 #
-# Env: FENCEDLAKE_IT_REST_PORT (54331), FENCEDLAKE_IT_PG_URI (required), FENCEDLAKE_IT_S3_PORT
-#      (54330), FENCEDLAKE_IT_S3_BUCKET (fencedlake), FENCEDLAKE_IT_REST_CLIENT_ID / _SECRET
+# Env: FENCEDLAKE_IT_REST_PORT (24331), FENCEDLAKE_IT_PG_URI (required), FENCEDLAKE_IT_S3_PORT
+#      (24330), FENCEDLAKE_IT_S3_BUCKET (fencedlake), FENCEDLAKE_IT_REST_CLIENT_ID / _SECRET
 #      (test-only defaults; never printed), FENCEDLAKE_IT_STATE (.integration), VENV (.venv).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 NAME=rest
 HOST=127.0.0.1
-PORT="${FENCEDLAKE_IT_REST_PORT:-54331}"
-S3_PORT="${FENCEDLAKE_IT_S3_PORT:-54330}"
+PORT="${FENCEDLAKE_IT_REST_PORT:-24331}"
+S3_PORT="${FENCEDLAKE_IT_S3_PORT:-24330}"
 BUCKET="${FENCEDLAKE_IT_S3_BUCKET:-fencedlake}"
 STATE="${FENCEDLAKE_IT_STATE:-$ROOT/.integration}"
 DIR="$STATE/rest"

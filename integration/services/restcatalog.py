@@ -29,8 +29,8 @@ what was injected and how many commits were applied and refused.
 
 Run by integration/services/rest.sh:
 
-    python integration/services/restcatalog.py --port 54331 --pg-uri ... --warehouse s3://bucket/rest \
-        --client-id fencedlake --client-secret ... --io s3.endpoint=http://127.0.0.1:54330 ...
+    python integration/services/restcatalog.py --port 24331 --pg-uri ... --warehouse s3://bucket/rest \
+        --client-id fencedlake --client-secret ... --io s3.endpoint=http://127.0.0.1:24330 ...
 """
 
 from __future__ import annotations
@@ -321,7 +321,7 @@ def make_handler(cat: Catalog) -> type[BaseHTTPRequestHandler]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=54331)
+    parser.add_argument("--port", type=int, default=24331)
     parser.add_argument("--warehouse", required=True)
     parser.add_argument("--io", action="append", default=[], help="a vended FileIO property key=value")
     parser.add_argument("--hold-s", type=float, default=3.0)

@@ -4,7 +4,7 @@
 #
 #   integration/services/s3.sh start|stop|status
 #
-# Env: FENCEDLAKE_IT_S3_PORT (54330), FENCEDLAKE_IT_S3_BUCKET (fencedlake),
+# Env: FENCEDLAKE_IT_S3_PORT (24330), FENCEDLAKE_IT_S3_BUCKET (fencedlake),
 #      FENCEDLAKE_IT_STATE (.integration), VENV (.venv) -- the venv must hold moto
 #      (scripts/bootstrap.sh installs it). Idempotent: start on a running server only
 #      re-checks the bucket; stop on a stopped one is a no-op.
@@ -13,7 +13,7 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 NAME=s3
 HOST=127.0.0.1
-PORT="${FENCEDLAKE_IT_S3_PORT:-54330}"
+PORT="${FENCEDLAKE_IT_S3_PORT:-24330}"
 BUCKET="${FENCEDLAKE_IT_S3_BUCKET:-fencedlake}"
 STATE="${FENCEDLAKE_IT_STATE:-$ROOT/.integration}"
 DIR="$STATE/s3"

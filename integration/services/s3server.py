@@ -2,9 +2,9 @@
 
 Run by integration/services/s3.sh (which owns the PID file and log):
 
-    python integration/services/s3server.py serve --host 127.0.0.1 --port 54330 \
+    python integration/services/s3server.py serve --host 127.0.0.1 --port 24330 \
         --bucket fencedlake --ready-file .integration/s3/ready
-    python integration/services/s3server.py ensure-bucket --endpoint http://127.0.0.1:54330 --bucket fencedlake
+    python integration/services/s3server.py ensure-bucket --endpoint http://127.0.0.1:24330 --bucket fencedlake
 
 Credentials are dummies; moto accepts any.
 """
@@ -107,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="cmd", required=True)
     p_serve = sub.add_parser("serve")
     p_serve.add_argument("--host", default="127.0.0.1")
-    p_serve.add_argument("--port", type=int, default=54330)
+    p_serve.add_argument("--port", type=int, default=24330)
     p_serve.add_argument("--bucket", default="fencedlake")
     p_serve.add_argument("--ready-file", type=Path)
     p_serve.add_argument("--verbose", action="store_true", help="log every request (werkzeug access log)")

@@ -13,7 +13,7 @@
 #   ports from FENCEDLAKE_IT_TOXIPROXY_LISTEN (a range, "FIRST-LAST").
 # bin: print the binary's path (after install).
 #
-# Env: FENCEDLAKE_IT_TOXIPROXY_PORT (54340), FENCEDLAKE_IT_TOXIPROXY_LISTEN (54341-54360; read by the
+# Env: FENCEDLAKE_IT_TOXIPROXY_PORT (24340), FENCEDLAKE_IT_TOXIPROXY_LISTEN (24341-24360; read by the
 #      Python client), FENCEDLAKE_TOXIPROXY_BIN (use this binary, build nothing),
 #      FENCEDLAKE_IT_STATE (.integration).
 set -euo pipefail
@@ -21,7 +21,7 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 NAME=toxiproxy
 HOST=127.0.0.1
-PORT="${FENCEDLAKE_IT_TOXIPROXY_PORT:-54340}"
+PORT="${FENCEDLAKE_IT_TOXIPROXY_PORT:-24340}"
 STATE="${FENCEDLAKE_IT_STATE:-$ROOT/.integration}"
 DIR="$STATE/toxiproxy"
 # Pinned: the newest release the Go module proxy serves here (it lists v2.3.0 and v2.5.0).
