@@ -240,7 +240,7 @@ def _report(warehouse: Path, writers: list[str], batches: int, rows: int, rerun:
     state = CommittedState.decode(table.properties.get(STATE_PROPERTY))
     print(f"\nCommitted state (table property {STATE_PROPERTY}): upper={state.upper}")
     for writer, ws in sorted(state.writers.items()):
-        print(f"  {writer:<10} epoch={ws.epoch:<4} applied batch ids={ws.batches.describe()}")
+        print(f"  {writer:<10} epoch={ws.epoch!s:<4} tail={ws.tail!s:<4} applied batch ids={ws.batches.describe()}")
         if ws.batches.intervals != ((0, batches - 1),):
             problems.append(f"{writer}: applied batch ids {ws.batches.describe()}, expected 0-{batches - 1}")
     return problems

@@ -68,7 +68,7 @@ def _print_table(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> None
     if not rows:
         print("  (none)")
         return
-    cells = [[("" if r.get(c) is None else str(r.get(c))) for c in columns] for r in rows]
+    cells = [[("-" if r.get(c) is None else str(r.get(c))) for c in columns] for r in rows]
     widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(columns)]
     print("  " + "  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)))
     for row in cells:
@@ -89,7 +89,10 @@ def _emit(args: argparse.Namespace, body: dict[str, Any], sections: Sequence[tup
         _print_table(body[key], columns)
 
 
-_ENTRY_COLUMNS = ("seq", "position", "outcome", "kind", "writer", "epoch", "batch", "mode", "branch", "files", "rows")
+_ENTRY_COLUMNS = (
+    *("seq", "position", "outcome", "kind", "writer", "epoch", "tail"),
+    *("batch", "mode", "branch", "files", "rows"),
+)
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
@@ -117,7 +120,14 @@ def _cmd_status(args: argparse.Namespace) -> int:
         "tombstone_files": len(state.tombstones),
         "commit_stats": commit_stats(table, args.stats_commits),
         "writers": [
-            {"writer": w, "epoch": s.epoch, "batches": s.batches.describe(), "run": s.run, "query": s.query}
+            {
+                "writer": w,
+                "epoch": s.epoch,
+                "tail": s.tail,
+                "batches": s.batches.describe(),
+                "run": s.run,
+                "query": s.query,
+            }
             for w, s in sorted(state.writers.items())
         ],
         "pending_entries": entries,
@@ -132,7 +142,7 @@ def _cmd_status(args: argparse.Namespace) -> int:
         args,
         body,
         [
-            ("writers", "writers", ("writer", "epoch", "batches", "run", "query")),
+            ("writers", "writers", ("writer", "epoch", "tail", "batches", "run", "query")),
             ("pending entries", "pending_entries", _ENTRY_COLUMNS),
             (
                 f"small files by partition (top {args.top}; all with --json)",
@@ -252,11 +262,11 @@ def _cmd_repair_state(args: argparse.Namespace) -> int:
         "committed_upper": state.upper,
         "expired_before": state.expired_before,
         "writers": [
-            {"writer": w, "epoch": s.epoch, "batches": s.batches.describe(), "run": s.run}
+            {"writer": w, "epoch": s.epoch, "tail": s.tail, "batches": s.batches.describe(), "run": s.run}
             for w, s in sorted(state.writers.items())
         ],
     }
-    _emit(args, body, [("writers", "writers", ("writer", "epoch", "batches", "run"))])
+    _emit(args, body, [("writers", "writers", ("writer", "epoch", "tail", "batches", "run"))])
     return 0
 
 

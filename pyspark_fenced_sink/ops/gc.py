@@ -66,7 +66,12 @@ def collectable(tag: FileTag, state: CommittedState) -> bool:
         return False
     if tag.batch is not None and (tag.batch in current.batches or not current.batches.known(tag.batch)):
         return True  # a pending entry of this batch id is a duplicate (or too old to judge): never applied
-    return tag.epoch is not None and tag.epoch < current.epoch
+    if tag.epoch is None:
+        return False  # an idempotent job's file (no epoch) is judged by its batch id only
+    # An epoch below the writer's barrier, or below an idempotent job that opened later, is fenced (§7).
+    return (current.epoch is not None and tag.epoch < current.epoch) or (
+        current.tail is not None and tag.epoch < current.tail
+    )
 
 
 def truncate_wal(ctx: CommitContext) -> int:

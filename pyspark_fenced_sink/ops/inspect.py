@@ -32,6 +32,7 @@ def _row(seq: int, entry: WalEntry, where: Position, outcome: str | None) -> dic
         "kind": entry.kind.value,
         "writer": entry.writer,
         "epoch": entry.epoch,
+        "tail": entry.tail,
         "batch": entry.batch,
         "mode": entry.mode.value,
         "branch": entry.target,

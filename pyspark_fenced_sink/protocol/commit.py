@@ -30,7 +30,7 @@ from pyspark_fenced_sink.protocol.context import CommitContext, CommitResult
 from pyspark_fenced_sink.protocol.entry import EntryKind, WalEntry
 from pyspark_fenced_sink.protocol.pending import read_and_plan
 from pyspark_fenced_sink.protocol.progress import Progress, finish, unknown_error
-from pyspark_fenced_sink.protocol.reconcile import Outcome
+from pyspark_fenced_sink.protocol.reconcile import Outcome, fenced_by
 from pyspark_fenced_sink.protocol.replace import Refusals
 from pyspark_fenced_sink.protocol.state import CommitRecord, CommittedState
 from pyspark_fenced_sink.protocol.view import TableView
@@ -39,16 +39,20 @@ __all__ = ["commit_entry", "recorded_token", "recover"]
 
 
 def _fenced_before_put(state: CommittedState, entry: WalEntry) -> str | None:
-    """Why ``entry`` is already fenced by the committed state (epochs only grow), or None."""
-    if entry.ephemeral or entry.epoch is None or entry.kind is not EntryKind.DATA:
+    """Why ``entry`` is already fenced by the committed state (epochs and tails only grow), or None.
+
+    An entry whose barrier is not reconciled yet (its epoch above the committed one) is not judged here.
+    """
+    if entry.ephemeral or (entry.epoch is None and entry.tail is None) or entry.kind is not EntryKind.DATA:
         return None
     current = state.writers.get(entry.writer)
-    if current is not None and current.epoch > entry.epoch:
-        return (
-            f"writer {entry.writer!r} epoch {entry.epoch} was fenced by epoch {current.epoch} "
-            f"at WAL seq {current.epoch}"
-        )
-    return None
+    if current is None or (entry.epoch is not None and (current.epoch is None or entry.epoch > current.epoch)):
+        return None
+    why = fenced_by(entry, current)
+    by_barrier = (
+        why is not None and entry.epoch is not None and current.epoch is not None and entry.epoch < current.epoch
+    )
+    return f"{why} at WAL seq {current.epoch}" if by_barrier else why
 
 
 def commit_entry(ctx: CommitContext, entry: WalEntry, *, view: TableView | None = None) -> CommitResult:

@@ -52,11 +52,13 @@ __all__ = [
 ]
 
 
-FORMAT_VERSION = 4
+FORMAT_VERSION = 5
 #: Entries that use nothing of version 3 are written as version 2 (readable by older fencedlake).
 _BASE_VERSION = 2
 #: Entries of version 3: write modes, branches, properties, publish, compaction (not upserts).
 _MODES_VERSION = 3
+#: Entries of version 4: upserts (and compactions that fold delete files).
+_UPSERT_VERSION = 4
 TOKEN_CHARS = 12  # the prefix of an owner token recorded in snapshot summaries
 #: The branch an entry without ``branch`` writes to.
 MAIN_BRANCH = "main"
@@ -141,7 +143,9 @@ class WalEntry:
         writer: The writer id.
         ephemeral: True for a batch job's anonymous writer (no epoch, no state kept).
         epoch: The writer's epoch (the seq of the barrier that opened it); None for
-            anonymous writers and barriers.
+            anonymous writers, barriers and idempotent jobs (``tail``).
+        tail: An idempotent batch job's (``writer.id`` + ``writer.batch-id``) open: the WAL tail its
+            open listed, which orders its incarnation instead of a barrier (PROTOCOL.md §7); None otherwise.
         run: The incarnation (streaming run id or batch write id) that wrote it.
         query: The streaming query id (stable across restarts), if any.
         batch: ``writer.batch-id`` or the streaming batch id, if any.
@@ -200,6 +204,7 @@ class WalEntry:
     upsert: UpsertSpec | None = None
     deletes: tuple[Mapping[str, Any], ...] = ()
     floor: int | None = None
+    tail: int | None = None
 
     def __post_init__(self) -> None:
         # Callers may pass the enums' string values (``mode="overwrite"``); store the enums.
@@ -216,6 +221,11 @@ class WalEntry:
     def with_token(self, token: str) -> WalEntry:
         """A copy with another owner token."""
         return replace(self, token=token)
+
+
+def _uses_version_5(entry: WalEntry) -> bool:
+    """True if the entry is an idempotent job's, ordered by ``tail``: a reader of version 4 would fence it."""
+    return entry.tail is not None
 
 
 def _uses_version_4(entry: WalEntry) -> bool:
@@ -239,11 +249,13 @@ def _uses_version_3(entry: WalEntry) -> bool:
 
 def _version_of(entry: WalEntry) -> int:
     """The lowest format version that holds ``entry``."""
-    return FORMAT_VERSION if _uses_version_4(entry) else _MODES_VERSION if _uses_version_3(entry) else _BASE_VERSION
+    if _uses_version_5(entry):
+        return FORMAT_VERSION
+    return _UPSERT_VERSION if _uses_version_4(entry) else _MODES_VERSION if _uses_version_3(entry) else _BASE_VERSION
 
 
 def encode_entry(entry: WalEntry) -> bytes:
-    """Serialize an entry (compact JSON, format-versioned: the lowest of 2, 3, 4 that holds it)."""
+    """Serialize an entry (compact JSON, format-versioned: the lowest of 2 to 5 that holds it)."""
     version = _version_of(entry)
     body: dict[str, Any] = {"v": version, "kind": entry.kind.value, "token": entry.token, "writer": entry.writer}
     optional = {
@@ -272,6 +284,7 @@ def encode_entry(entry: WalEntry) -> bytes:
         "upsert": None if entry.upsert is None else entry.upsert.encode(),
         "deletes": list(entry.deletes) or None,
         "floor": entry.floor,
+        "tail": entry.tail,
     }
     body.update({k: v for k, v in optional.items() if v is not None})
     return dumps(body).encode()
@@ -285,7 +298,9 @@ def decode_entry(data: bytes, key: str = "?") -> WalEntry:
     inside some committer's commit, without naming the object to move aside. Unknown keys are ignored.
     """
     try:
-        body = loads_versioned(data, (_BASE_VERSION, _MODES_VERSION, FORMAT_VERSION), f"WAL object {key}")
+        body = loads_versioned(
+            data, (_BASE_VERSION, _MODES_VERSION, _UPSERT_VERSION, FORMAT_VERSION), f"WAL object {key}"
+        )
         entry = WalEntry(
             kind=EntryKind(field(body, "kind", "an entry kind", is_text, required=True)),
             token=field(body, "token", "a non-empty owner token", is_text, required=True),
@@ -315,6 +330,7 @@ def decode_entry(data: bytes, key: str = "?") -> WalEntry:
             upsert=None if body.get("upsert") is None else UpsertSpec.decode(body["upsert"]),
             deletes=key_file_refs(body.get("deletes")),
             floor=field(body, "floor", "a WAL position", is_count),
+            tail=field(body, "tail", "a WAL position", is_count),
         )
         _check_kind(entry)
         if body["v"] < _version_of(entry):  # no fencedlake writes it: a reader of that version would misapply it
@@ -339,6 +355,7 @@ _ONLY_ON: tuple[tuple[str, str, frozenset[EntryKind | WriteMode]], ...] = (
     ("epoch", "epoch", frozenset({EntryKind.DATA})),
     ("ephemeral", "ephemeral", frozenset({EntryKind.DATA})),
     ("opened", "opened", frozenset({EntryKind.DATA})),
+    ("tail", "tail", frozenset({EntryKind.DATA})),
     ("spec_id", "spec_id", frozenset({EntryKind.DATA})),
     ("props", "properties", frozenset({EntryKind.DATA})),
     ("branch", "branch", frozenset({EntryKind.DATA, EntryKind.PUBLISH})),
@@ -381,6 +398,8 @@ def _check_kind(entry: WalEntry) -> None:
         need = _NEEDED.get(owner)
         if need is not None and getattr(entry, need[1]) in (None, ()):
             raise ValueError(f"field {need[0]!r} is missing: a {kind.value} entry with mode {mode.value!r} needs it")
+    if entry.tail is not None and (entry.ephemeral or entry.epoch is not None or entry.batch is None or entry.strict):
+        raise ValueError("field 'tail': only an idempotent job's entry (a batch id, no epoch, not streaming) has one")
     if entry.strict and kind is EntryKind.DATA and entry.batch is None:
         raise ValueError("field 'batch' is missing: a streaming (strict) data entry needs its batch id")
     if mode is WriteMode.DYNAMIC and partitions_of(entry.files) != entry.partitions:

@@ -1,10 +1,13 @@
 """Writer identities, epochs and fence barriers (PROTOCOL.md step 1, §7; driver).
 
 An epoch is the WAL position of the ``fence`` barrier that opened an
-incarnation: batch writers with ``writer.id`` put one when they open
-(:func:`open_writer`), streaming runs when they register at their first commit
-(:func:`stream_epoch`, with the run registry), the CLI to fence. Entries of an
-older epoch above a newer epoch's barrier are FENCED by reconciliation.
+incarnation: batch writers with ``writer.id`` and no batch id put one when they
+open (:func:`open_writer`), streaming runs when they register at their first
+commit (:func:`stream_epoch`, with the run registry), the CLI to fence. Entries
+of an older epoch above a newer epoch's barrier are FENCED by reconciliation.
+An idempotent job (``writer.id`` + ``writer.batch-id``) puts no barrier: its
+open lists the WAL once and its entry carries the tail it saw, which orders it
+among the writer's incarnations (``reconcile.fenced_by``, PROTOCOL.md §7).
 :func:`put_barrier` never trusts a position a truncation may have reused or
 a commit may void, and seals the holes below a barrier before it is used.
 """
@@ -77,6 +80,7 @@ class WriterIdentity:
         opened: The committed upper when the writer opened.
         run: The incarnation id (batch write id or streaming run id).
         barrier_token: The owner token of the barrier that opened ``epoch`` (batch writers).
+        tail: An idempotent job's open: the WAL tail it listed (no barrier, ``epoch`` None).
     """
 
     writer: str
@@ -85,6 +89,7 @@ class WriterIdentity:
     opened: int
     run: str
     barrier_token: str | None = None
+    tail: int | None = None
 
 
 def put_barrier(ctx: CommitContext, entry: WalEntry, start: int) -> int:
@@ -172,19 +177,34 @@ def _holds(ctx: CommitContext, seq: int, token: str) -> bool:
 
 
 def open_writer(
-    ctx: CommitContext, writer_id: str | None, *, run: str | None = None, view: TableView | None = None
+    ctx: CommitContext,
+    writer_id: str | None,
+    *,
+    run: str | None = None,
+    view: TableView | None = None,
+    idempotent: bool = False,
 ) -> WriterIdentity:
     """Open a batch writer: claim an epoch with a fence barrier when ``writer_id`` is given.
 
     The barrier fences every older incarnation of ``writer_id``: their entries
-    put after it are never applied. One conditional PUT. ``view`` is the table
-    as the caller has just read it (saves a catalog read).
+    put after it are never applied. ``view`` is the table as the caller has just
+    read it (saves a catalog read). An ``idempotent`` job (one with a batch id)
+    puts no barrier: one LIST finds the WAL tail, which its entry carries; a
+    job that opened later (a higher tail) or a barrier at or above it fences it
+    (PROTOCOL.md §7).
     """
     run = run or uuid.uuid4().hex
     view = view or ctx.load()
     if writer_id is None:
         return WriterIdentity(f"anon-{run[:16]}", True, None, view.state.upper, run)
     validate_writer_id(writer_id)
+    if idempotent:
+        # Listed after ``view`` was read: the tail is then never below one an open that returned earlier saw
+        # (gc keeps the object at ``upper - 1``), so a later open's tail is at least as high.
+        listed = ctx.wal.scan(view.state.upper)
+        failpoints.hit("driver.after-open")
+        tail = listed[-1] + 1 if listed else view.state.upper
+        return WriterIdentity(writer_id, False, None, view.state.upper, run, None, tail)
     barrier = WalEntry(kind=EntryKind.FENCE, token=new_token(), writer=writer_id, run=run)
     epoch = put_barrier(ctx, barrier, view.state.upper)
     failpoints.hit("driver.after-open")
@@ -201,7 +221,7 @@ def stream_epoch(ctx: CommitContext, state: CommittedState, writer_id: str, run:
         FencedWriterError: the run registered before and a newer run has opened since.
     """
     current = state.writers.get(writer_id)
-    if current is not None and current.run == run:
+    if current is not None and current.run == run and current.epoch is not None:
         return current.epoch
     registered = ctx.wal.run_epoch(writer_id, run)
     if registered is None:
@@ -209,7 +229,7 @@ def stream_epoch(ctx: CommitContext, state: CommittedState, writer_id: str, run:
         epoch = put_barrier(ctx, barrier, state.upper)
         failpoints.hit("stream.after-register")
         registered = ctx.wal.register_run(writer_id, run, epoch)
-    if current is not None and current.epoch > registered:
+    if current is not None and current.epoch is not None and current.epoch > registered:
         raise FencedWriterError(
             f"writer {writer_id!r} run {run} (epoch {registered}) was fenced by epoch {current.epoch} "
             f"(run {current.run}) at WAL seq {current.epoch}; stop this incarnation",
@@ -236,7 +256,7 @@ def fence_writer(ctx: CommitContext, writer_id: str, *, run: str = "operator-fen
     recover(ctx)
     state = ctx.load().state
     current = state.writers.get(writer_id)
-    if state.upper <= epoch or current is None or current.epoch < epoch:
+    if state.upper <= epoch or current is None or current.epoch is None or current.epoch < epoch:
         raise CommitOutcomeUnknownError(
             f"table {ctx.port.name}: the fence barrier for writer {writer_id!r} is durable at WAL seq {epoch} but "
             f"was not committed (committed upper {state.upper}): running incarnations are NOT fenced yet; see "

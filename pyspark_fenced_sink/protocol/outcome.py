@@ -93,6 +93,7 @@ def data_entry(
         ephemeral=identity.ephemeral,
         epoch=identity.epoch,
         opened=identity.opened,
+        tail=identity.tail,
         run=identity.run,
     )
 

@@ -34,6 +34,7 @@ __all__ = [
     "Outcome",
     "Position",
     "ReconcilePlan",
+    "fenced_by",
     "position",
     "reconcile",
     "remembered",
@@ -178,11 +179,10 @@ def _decide(
                 Outcome.EXPIRED,
                 f"write opened at upper {entry.opened}; gc expired writes opened before {expired_before}",
             )
-    elif current is None or entry.epoch != current.epoch:
-        fencer = "no open epoch" if current is None else f"epoch {current.epoch}"
-        return Outcome.FENCED, f"writer {entry.writer!r} epoch {entry.epoch} was fenced by {fencer} at WAL seq {seq}"
+    elif (why := fenced_by(entry, current)) is not None:
+        return Outcome.FENCED, f"{why} at WAL seq {seq}"
     elif entry.batch is not None:
-        verdict = _judge_batch(entry, current)
+        verdict = _judge_batch(entry, current or WriterState(epoch=None))
         if verdict is not None:
             return verdict
     if entry.files and spec_id is not None and entry.spec_id is not None and entry.spec_id != spec_id:
@@ -192,6 +192,42 @@ def _decide(
     if seq in refused:
         return Outcome.REFUSED, refused[seq]
     return Outcome.APPLIED, ""
+
+
+def fenced_by(entry: WalEntry, current: WriterState | None) -> str | None:
+    """Why a stable writer's data ``entry`` is fenced by its writer's committed state ``current``, or None.
+
+    Incarnations are ordered on one scale of WAL positions (PROTOCOL.md §7): a barrier at ``e`` opened
+    its incarnation *at* ``e``; an idempotent job whose open listed the tail ``t`` (no barrier) opened
+    *between* the barriers at ``t - 1`` and ``t``. An entry of an epoch is valid only while that epoch is
+    the writer's barrier and no idempotent job that opened after it was reconciled (``tail > epoch``).
+    An idempotent job's entry is valid unless a barrier at or above its tail, or an idempotent job with a
+    higher tail, was reconciled: jobs with equal tails are not ordered (their batch ids decide).
+    """
+    name = entry.writer
+    if entry.tail is not None:
+        if current is None:
+            return None
+        if current.epoch is not None and entry.tail <= current.epoch:
+            return (
+                f"writer {name!r}'s job opened at WAL tail {entry.tail} was fenced by epoch {current.epoch} "
+                f"(run {current.run})"
+            )
+        if current.tail is not None and entry.tail < current.tail:
+            return (
+                f"writer {name!r}'s job opened at WAL tail {entry.tail} was fenced by a job of the writer opened "
+                f"later, at tail {current.tail}"
+            )
+        return None
+    if current is None or current.epoch is None or entry.epoch != current.epoch:
+        fencer = "no open epoch" if current is None or current.epoch is None else f"epoch {current.epoch}"
+        return f"writer {name!r} epoch {entry.epoch} was fenced by {fencer}"
+    if current.tail is not None and entry.epoch < current.tail:
+        return (
+            f"writer {name!r} epoch {entry.epoch} was fenced by a job of the writer opened later, at WAL tail "
+            f"{current.tail}"
+        )
+    return None
 
 
 def _judge_batch(entry: WalEntry, current: WriterState) -> tuple[Outcome, str] | None:
@@ -229,7 +265,12 @@ def transition(
             run=entry.run,
             query=entry.query or (current.query if current else None),
             batches=current.batches if current else BatchIds(),
+            tail=current.tail if current else None,
         )
+    elif entry.tail is not None and outcome is not Outcome.FENCED:  # an idempotent job's open, ordered by its tail
+        known = current or WriterState(epoch=None, run=entry.run)
+        batches = known.batches.add(int(entry.batch or 0)) if outcome is Outcome.APPLIED else known.batches
+        writers[entry.writer] = replace(known, run=entry.run, tail=max(known.tail or 0, entry.tail), batches=batches)
     elif outcome is Outcome.APPLIED and current is not None and not entry.ephemeral and entry.batch is not None:
         writers[entry.writer] = replace(current, batches=current.batches.add(entry.batch))
     return expired_before

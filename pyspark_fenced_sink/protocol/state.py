@@ -64,32 +64,40 @@ class WriterState:
     """What the table remembers about one stable writer id.
 
     Attributes:
-        epoch: The WAL position of the barrier that opened the current incarnation.
+        epoch: The WAL position of the barrier that opened the current incarnation; None if no barrier of
+            the writer was ever reconciled (only idempotent jobs, ``tail``, wrote as it).
         run: The current incarnation's run id.
         query: The streaming query the writer id belongs to, if any.
         batches: Every batch id applied by any incarnation of this writer, exactly.
+        tail: The highest WAL tail an idempotent job of this writer saw at its open, of those whose
+            entries were reconciled and not fenced (PROTOCOL.md §7); None if none was.
     """
 
-    epoch: int
+    epoch: int | None
     run: str | None = None
     query: str | None = None
     batches: BatchIds = field(default_factory=BatchIds)
+    tail: int | None = None
 
     def encode(self) -> dict[str, Any]:
         """JSON form inside the state property."""
-        body: dict[str, Any] = {"epoch": self.epoch, "batches": self.batches.encode()}
-        body.update({k: v for k, v in (("run", self.run), ("query", self.query)) if v is not None})
+        body: dict[str, Any] = {"batches": self.batches.encode()}
+        pairs = (("epoch", self.epoch), ("run", self.run), ("query", self.query), ("tail", self.tail))
+        body.update({k: v for k, v in pairs if v is not None})
         return body
 
     @classmethod
     def decode(cls, body: Mapping[str, Any]) -> WriterState:
         """Parse :meth:`encode`'s form (ValueError/TypeError/KeyError if malformed)."""
-        unknown = set(body) - {"epoch", "run", "query", "batches"}
+        unknown = set(body) - {"epoch", "run", "query", "batches", "tail"}
         if unknown:
             raise ValueError(f"unknown writer field(s) {sorted(unknown)}")
-        run, query = body.get("run"), body.get("query")
+        if "epoch" not in body and "tail" not in body:
+            raise KeyError("a writer needs an epoch or a tail")
+        run, query, epoch, tail = body.get("run"), body.get("query"), body.get("epoch"), body.get("tail")
         return cls(
-            epoch=int(body["epoch"]),
+            epoch=None if epoch is None else int(epoch),
+            tail=None if tail is None else int(tail),
             run=None if run is None else str(run),
             query=None if query is None else str(query),
             batches=BatchIds.decode(body.get("batches", {})),

@@ -35,6 +35,7 @@ from pyspark_fenced_sink.write.task import WriteSpec
 
 if TYPE_CHECKING:
     from pyspark_fenced_sink.iceberg.catalogs import OpenedTable
+    from pyspark_fenced_sink.protocol.view import TableView
     from pyspark_fenced_sink.write.schema_plan import SchemaPlan
 
 __all__ = ["WriteSchema", "WriteTransaction", "Written"]
@@ -173,7 +174,11 @@ class WriteTransaction:
         # A writer.id's fence barrier reads and may commit the table: a catalog or storage failure there is a
         # ServiceError like any before the data entry's put (PROTOCOL.md §4), never the client's own error.
         with service_errors(opts.catalog, opts.table, io_properties(table)):
-            identity = None if streaming else open_writer(opened.ctx, opts.writer_id, view=opened.view)
+            identity = (
+                None
+                if streaming
+                else open_writer(opened.ctx, opts.writer_id, view=opened.view, idempotent=opts.batch_id is not None)
+            )
         tag = FileTag(
             writer=str(opts.writer_id) if identity is None else identity.writer,
             ephemeral=False if identity is None else identity.ephemeral,
@@ -231,6 +236,7 @@ class WriteTransaction:
             from pyspark_fenced_sink.iceberg.commit.upsert_plan import check_unique_keys
 
             check_unique_keys(table, self.upsert, written.paths, opts.table)
+        commit_view: TableView | None = view
         if self.identity is not None:
             identity, strict, batch = self.identity, False, opts.batch_id
         else:
@@ -242,6 +248,11 @@ class WriteTransaction:
             with service_errors(opts.catalog, opts.table, io_properties(table)):  # a run's barrier: before the put
                 epoch = stream_epoch(ctx, view.state, writer, run, written.query)
             identity = WriterIdentity(writer, False, epoch, view.state.upper, run)
+            current = view.state.writers.get(writer)
+            if current is None or current.run != run:
+                # The run registered (a barrier put, reads and maybe a commit through it): the port keeps only
+                # the tables of its last few loads, so the commit reads the table afresh instead of ``view``.
+                commit_view = None
             strict, batch = True, batch_id
         marker = self._marker(written, batch_id)
         marker.parent.mkdir(parents=True, exist_ok=True)
@@ -265,7 +276,7 @@ class WriteTransaction:
             upsert=self.upsert,
             deletes=written.deletes,
         )
-        result = finish_write(ctx, entry, lambda paths: _remove(table.io, paths), view=view)
+        result = finish_write(ctx, entry, lambda paths: _remove(table.io, paths), view=commit_view)
         marker.unlink(missing_ok=True)
         logger.info(
             "fencedlake: %s %s rows=%d files=%d", opts.table, result.summary(), written.rows, len(written.files)

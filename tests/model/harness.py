@@ -146,6 +146,11 @@ class Env:
     #: Incarnations opened (a batch open or a streaming registration returned): (writer, epoch, barrier token
     #: prefix, virtual time), and when each WAL object was created: (control root, seq) -> (time, token prefix).
     opens: list[tuple[str, int, str, float]] = field(default_factory=list)
+    #: Batch jobs' incarnations by (writer, run): when the open started and returned, the tail an idempotent
+    #: job's open listed (None: it put a barrier) and the table's uuid. ``_check_open_order`` orders them.
+    jobs: dict[tuple[str, str], tuple[float, float, int | None, str | None]] = field(default_factory=dict)
+    #: Whether a ``writer.id`` job also has a batch id's open (no barrier, PROTOCOL.md §7): its own stream.
+    kinds: random.Random = field(default_factory=random.Random)
     #: The pace the catalog reports (``TableView.pace``): None, or writers spread their claims over a
     #: window above the tail (more holes, voided by commits).
     pace: float | None = None
@@ -327,18 +332,30 @@ def _begin(env: Env, write: Write) -> CommitContext | None:
     return ctx
 
 
-def _open(env: Env, write: Write, writer: str | None) -> tuple[CommitContext, Any, Any] | None:
+def _open(
+    env: Env, write: Write, writer: str | None, *, idempotent: bool = False
+) -> tuple[CommitContext, Any, Any] | None:
     """``_begin``, then read the table and open ``writer`` (None: anonymous): ``(ctx, view, identity)``, or None
-    (recorded as the write's error) if the write cannot start."""
+    (recorded as the write's error) if the write cannot start. A job's open is recorded in ``env.jobs``; a
+    barrier's also in ``env.opens``."""
     ctx = _begin(env, write)
     if ctx is None:
         return None
+    run = uuid.UUID(int=env.kinds.getrandbits(128)).hex
+    if writer is not None:  # an open that never returns may still have put its barrier: it is never "older"
+        env.jobs[(writer, run)] = (env.sched.clock, float("inf"), None, write.table_uuid)
     try:
         view = ctx.load()
-        return ctx, view, open_writer(ctx, writer, view=view)
+        ident = open_writer(ctx, writer, run=run, view=view, idempotent=idempotent)
     except WRITE_ERRORS as e:
         write.error = e
         return None
+    if writer is not None:
+        env.jobs[(writer, run)] = (env.jobs[(writer, run)][0], env.sched.clock, ident.tail, write.table_uuid)
+        if ident.epoch is not None:
+            write.barrier = (ident.epoch, str(ident.barrier_token))
+            env.opens.append((writer, ident.epoch, str(ident.barrier_token)[:TOKEN_CHARS], env.sched.clock))
+    return ctx, view, ident
 
 
 def _run_write(env: Env, write: Write, entry: WalEntry, ctx: CommitContext, view: Any = None) -> None:
@@ -461,15 +478,18 @@ def publish_process(env: Env, name: str, delay: float) -> None:
 
 
 def batch_job(env: Env, name: str, writer: str, batch: int, retries: int = 1) -> None:
-    """A ``writer.id`` job; a fenced attempt is retried with the same batch id by a new incarnation."""
+    """A ``writer.id`` job; a fenced attempt is retried with the same batch id by a new incarnation.
+
+    Half the jobs open as the sink opens a job with a batch id (no barrier, ordered by the tail it listed);
+    the others put a barrier, as a ``writer.id`` job without one does (the model's batch ids judge both).
+    """
+    idempotent = env.kinds.random() < 0.5
     for attempt in range(retries + 1):
         write = Write(f"{name}", f"{writer}:b{batch}:{name}:{attempt}")
-        opened = _open(env, write, writer)
+        opened = _open(env, write, writer, idempotent=idempotent)
         if opened is None:
             return
         ctx, view, ident = opened
-        write.barrier = (int(ident.epoch or 0), str(ident.barrier_token))
-        env.opens.append((writer, int(ident.epoch or 0), str(ident.barrier_token)[:TOKEN_CHARS], env.sched.clock))
         for _ in range(env.tasks.randint(0, 40)):  # its tasks run (others go on): its barrier is pending meanwhile
             env.sched.checkpoint()
         files = env.write_files(_tag(ctx, writer, False, ident.epoch, ident.opened, batch), write.key, 1)
@@ -485,12 +505,10 @@ def zombie_job(env: Env, name: str) -> None:
     its barrier. The barrier seals them, so the stalled put cannot land below the barrier and be applied.
     """
     write = Write(name, f"late:b0:{name}")
-    opened = _open(env, write, "late")
+    opened = _open(env, write, "late", idempotent=env.kinds.random() < 0.5)
     if opened is None:
         return
     ctx, view, ident = opened
-    write.barrier = (int(ident.epoch or 0), str(ident.barrier_token))
-    env.opens.append(("late", int(ident.epoch or 0), str(ident.barrier_token)[:TOKEN_CHARS], env.sched.clock))
     files = env.write_files(_tag(ctx, "late", False, ident.epoch, ident.opened, 0), write.key, 1)
     env.stall_after_list.add(name)
     _run_write(env, write, data_entry(ident, files, batch=0, spec_id=view.spec_id), ctx)
@@ -548,7 +566,8 @@ def stream_run(
             branch=target.branch,
             properties=dict(target.properties),
         )
-        _run_write(env, write, entry, ctx, view)
+        registered = current is None or current.run != run  # as the sink: a fresh read after a registration
+        _run_write(env, write, entry, ctx, None if registered else view)
         if isinstance(write.error, FencedWriterError):
             now = env.port().load_unchecked() if env.port_factory is None else None
             fencer = now.state.writers.get(writer) if now is not None else None
@@ -710,6 +729,9 @@ def build_schedule(env: Env) -> None:
     for i in range(rng.randint(0, 2)):
         batch = rng.randint(0, 2)
         spawn(f"job{i}", lambda i=i, b=batch: batch_job(env, f"job{i}", "nightly", b))
+    if env.kinds.random() < 0.3:  # a job re-run soon after: its open may list the tail an earlier open listed
+        delay, batch = env.kinds.uniform(0.0, 0.2), env.kinds.randint(0, 2)
+        spawn("rerun", lambda: (env.sched.sleep(delay), batch_job(env, "rerun", "nightly", batch)))
     for q in range(rng.randint(0, 2)):
         writer, query = f"stream{q}", f"query{q}"
         for r in range(rng.randint(1, 2)):
@@ -825,6 +847,7 @@ def run_schedule(
     env.zombie = env.pace is not None and spread.random() < 0.3
     env.upsert_draw = random.Random(seed * 1_000_037 + 13)  # its own stream too (``upserts.spawn``)
     env.tasks = random.Random(seed * 1_000_039 + 17)  # how long a writer.id job's tasks run (its own stream)
+    env.kinds = random.Random(seed * 1_000_081 + 19)  # which jobs open with a batch id's open (its own stream)
     if backend is not None:
         backend.install(env, seed)
     build_schedule(env)
@@ -851,7 +874,8 @@ def _watch_waits(env: Env) -> Iterator[None]:
     own sake — a writer waiting behind those waits out a patience for nothing. Checked while that position
     is still pending: a waiter whose view of the table is older than a commit that reconciled the position
     (it re-reads the table after a fraction of the cadence) may have kept the entry that was there before
-    the position was truncated and a stale barrier put landed in it (PROTOCOL.md §3 "Reads", §7).
+    the position was truncated and a stale barrier put landed in it (PROTOCOL.md §3 "Reads", §7). A waiter
+    that read a damaged object there waits behind it until an operator skips it: what it read counts.
     """
     original = Committer.sleep
 
@@ -867,6 +891,9 @@ def _watch_waits(env: Env) -> Iterator[None]:
             found = decode_entry(raw) if raw is not None else None
         except CorruptControlDataError:
             found = None
+        read = self.cache.get(blocker) if blocker is not None else None
+        if read is None or found is None or read.token != found.token:
+            found = None  # it waits behind what it read there: a damaged object, since moved aside and skipped
         if found is not None and (found.kind is EntryKind.FENCE or found.writer == SEAL_WRITER):
             proc = env.sched.current()
             env.needless_waits.append(
@@ -937,6 +964,12 @@ def coverage(env: Env, finals: list[Final]) -> Counter[str]:
         for a, b in itertools.pairwise(env.writes)
         if a.proc == b.proc and isinstance(a.error, FencedWriterError) and b.outcome is Outcome.APPLIED
     )
+    for w in env.writes:  # batch jobs opened without a barrier (a batch id's open, PROTOCOL.md §7)
+        if w.entry is not None and w.entry.tail is not None:
+            c["idempotent job applied"] += w.outcome is Outcome.APPLIED
+            c["idempotent job duplicate"] += w.outcome is Outcome.DUPLICATE
+            c["idempotent job fenced"] += isinstance(w.error, FencedWriterError)
+            c["idempotent zombie fenced"] += isinstance(w.error, FencedWriterError) and w.proc == "zombie"
     c["ambiguous puts injected"] += env.injected["put"]
     c["unknown commits injected"] += env.injected["commit"]
     c["damaged objects skipped"] += env.injected["damaged objects"]
@@ -1080,6 +1113,7 @@ def _check_table(env: Env, final: Final, writes: list[Write], key_table: Mapping
             v.append(f"I1/I4/I9: {w.proc} got {type(w.error).__name__} but its files were applied")
     v.extend(_check_fencing(outcome_at, by_token))
     v.extend(_check_fencing_in_time(env, final, outcome_at, by_token))
+    v.extend(_check_open_order(env, final, outcome_at, by_token))
     if {str(f["p"]) for f in t.all_live()} - t.ever_referenced:
         v.append("model bug: live files not recorded as referenced")
     return v
@@ -1123,6 +1157,54 @@ def _check_fencing_in_time(
     return v
 
 
+def _check_open_order(
+    env: Env, final: Final, outcome_at: Mapping[int, tuple[str, Outcome]], by_token: Mapping[str, WalEntry]
+) -> list[str]:
+    """I4 for batch jobs, by when their opens ran (``env.jobs``), whatever kind each open was (§7).
+
+    Job B opened *after* job A when B's open started after A's returned. Then no entry of A is applied
+    after B took effect (B's barrier reconciled, or B's entry decided other than FENCED) — unless both
+    opened without a barrier and listed the same tail (not ordered: their batch ids decide); and if B put
+    a barrier, no entry of A put after B's open returned is applied at all (the barrier sealed the holes
+    below it). Writers (and runs) outside ``env.jobs`` are streams, checked by the other I4 checks.
+    """
+    root = _root_of(env, final)
+    took_effect: dict[tuple[str, str], int] = {}
+    for seq in sorted(outcome_at):
+        tok, outcome = outcome_at[seq]
+        entry = by_token.get(tok)
+        if entry is None or entry.run is None or outcome is Outcome.FENCED:
+            continue
+        if entry.kind is EntryKind.FENCE or entry.tail is not None:
+            took_effect.setdefault((entry.writer, entry.run), seq)
+    v = []
+    for seq, (tok, outcome) in sorted(outcome_at.items()):
+        entry = by_token.get(tok)
+        if outcome is not Outcome.APPLIED or entry is None or entry.run is None:
+            continue
+        mine = env.jobs.get((entry.writer, entry.run))
+        if mine is None or mine[3] != final.table.uuid:
+            continue
+        put = env.created_at.get((root, seq))
+        for (writer, run), (started, returned, tail, uuid_) in env.jobs.items():
+            if writer != entry.writer or uuid_ != mine[3] or started <= mine[1]:
+                continue  # another writer or table, or an open that began before this one's returned (not ordered)
+            if tail is not None and tail == mine[2]:
+                continue  # two opens without a barrier that listed the same tail
+            effect = took_effect.get((writer, run))
+            if effect is not None and effect < seq:
+                v.append(
+                    f"I4: {writer} run {entry.run[:8]} (opened by t={mine[1]:.3f}) applied at seq {seq} after run "
+                    f"{run[:8]}, opened at t={started:.3f}, took effect at seq {effect}"
+                )
+            if tail is None and put is not None and put[1] == tok and put[0] > returned:
+                v.append(
+                    f"I4: {writer} run {entry.run[:8]}'s entry put at t={put[0]:.3f} (seq {seq}) was applied although "
+                    f"run {run[:8]} opened with a barrier after it, by t={returned:.3f}"
+                )
+    return v
+
+
 def _check_false_fences(env: Env, finals: list[Final]) -> list[str]:
     """I4, the other way round: a run is fenced only by a run that first registered after it did.
 
@@ -1144,6 +1226,16 @@ def _check_false_fences(env: Env, finals: list[Final]) -> list[str]:
         own, other = first.get((writer, run)), first.get((writer, fencer or ""))
         if own is not None and other is not None and other < own:
             v.append(f"I4: {proc} (registered at seq {own}) was fenced by run {fencer} registered earlier ({other})")
+    # A batch job is fenced only if another open of its writer had not returned before its own started.
+    for w in env.writes:
+        key = None if w.entry is None else (w.entry.writer, w.entry.run or "")
+        mine = env.jobs.get(key) if key is not None else None
+        if mine is None or not isinstance(w.error, FencedWriterError):
+            continue
+        if not any(
+            k != key and k[0] == key[0] and job[1] >= mine[0] and job[3] == mine[3] for k, job in env.jobs.items()
+        ):
+            v.append(f"I4: {w.proc} was fenced although every other open of {key[0]} returned before its own began")
     return v
 
 

@@ -55,22 +55,22 @@ def test_status_reports_upper_writers_pending_and_commits(wh: str, capsys: pytes
     _pending_entry(wh, 100, 3)
     code, body, _ = _run(capsys, "status", TABLE, "--warehouse", wh, "--json")
     assert code == 0
-    assert body["committed_upper"] == 3  # anon write, etl's open barrier, etl's batch 4
-    assert [(w["writer"], w["epoch"], w["batches"]) for w in body["writers"]] == [("etl", 1, "4")]
+    assert body["committed_upper"] == 2  # anon write, etl's batch 4 (an idempotent job puts no barrier: §7)
+    assert [(w["writer"], w["epoch"], w["tail"], w["batches"]) for w in body["writers"]] == [("etl", None, 1, "4")]
     assert [(e["seq"], e["position"], e["outcome"]) for e in body["pending_entries"]] == [
-        (3, "at", "next commit: APPLIED")
+        (2, "at", "next commit: APPLIED")
     ]
-    assert [c["seqs"] for c in body["recent_commits"]] == ["1-2", "0-0"]
-    assert body["recent_commits"][0]["group"] == 2 and body["recent_commits"][0]["applied"] == 1  # numbers, not strings
+    assert [c["seqs"] for c in body["recent_commits"]] == ["1-1", "0-0"]
+    assert body["recent_commits"][0]["group"] == 1 and body["recent_commits"][0]["applied"] == 1  # numbers, not strings
 
 
 def test_status_text_output_is_a_readable_table(wh: str, capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = _run(capsys, "status", TABLE, "--warehouse", wh)
     assert code == 0
-    assert "committed_upper: 3" in out
+    assert "committed_upper: 2" in out
     lines = out.splitlines()
-    assert lines[lines.index("writers:") + 1].split() == ["writer", "epoch", "batches", "run", "query"]
-    assert lines[lines.index("writers:") + 2].split()[:3] == ["etl", "1", "4"]
+    assert lines[lines.index("writers:") + 1].split() == ["writer", "epoch", "tail", "batches", "run", "query"]
+    assert lines[lines.index("writers:") + 2].split()[:4] == ["etl", "-", "1", "4"]
 
 
 def test_wal_classifies_reconciled_and_pending_entries(wh: str, capsys: pytest.CaptureFixture[str]) -> None:
@@ -78,9 +78,8 @@ def test_wal_classifies_reconciled_and_pending_entries(wh: str, capsys: pytest.C
     code, body, _ = _run(capsys, "wal", TABLE, "--warehouse", wh, "--json", "--from", "1")
     assert code == 0
     assert [(e["seq"], e["position"], e["kind"], e["outcome"]) for e in body["entries"]] == [
-        (1, "below", "fence", "BARRIER"),
-        (2, "below", "data", "APPLIED"),
-        (3, "at", "data", "next commit: APPLIED"),
+        (1, "below", "data", "APPLIED"),
+        (2, "at", "data", "next commit: APPLIED"),
     ]
 
 
@@ -88,8 +87,8 @@ def test_recover_applies_a_dead_drivers_entry(wh: str, capsys: pytest.CaptureFix
     _pending_entry(wh, 100, 3)
     code, body, _ = _run(capsys, "recover", TABLE, "--warehouse", wh, "--json")
     assert code == 0
-    assert (body["upper_before"], body["committed_upper"]) == (3, 4)
-    assert body["commits"] == [{"seqs": "3-3", "outcomes": "A"}]
+    assert (body["upper_before"], body["committed_upper"]) == (2, 3)
+    assert body["commits"] == [{"seqs": "2-2", "outcomes": "A"}]
     assert table_ids(wh, TABLE) == [*range(20), 100, 101, 102]
     code, body, _ = _run(capsys, "recover", TABLE, "--warehouse", wh, "--json")
     assert body["catalog_commits"] == 0
@@ -102,7 +101,7 @@ def test_fence_stops_the_running_incarnation(wh: str, capsys: pytest.CaptureFixt
     p = plan(wh, TABLE, writer_id="etl", writer_batch_id=5)  # a running job: opened, files written
     messages = write_tasks(p, rows("etl", 50, 5))
     code, body, _ = _run(capsys, "fence", TABLE, "etl", "--warehouse", wh, "--json")
-    assert code == 0 and body["fenced_at_seq"] == 4
+    assert code == 0 and body["fenced_at_seq"] == 2  # the job listed tail 2 at its open: the barrier is not below it
     with pytest.raises(FencedWriterError, match="fenced"):
         commit(p, messages, abort=False)
     assert table_ids(wh, TABLE) == list(range(20))
@@ -122,7 +121,7 @@ def test_gc_removes_only_provably_orphaned_files(wh: str, capsys: pytest.Capture
     assert code == 0 and {o["path"] for o in body["orphans"]} == orphan and _data_files(wh) == live_before
     code, body, _ = _run(capsys, "gc", TABLE, "--warehouse", wh, "--json", "--grace", "0s")
     assert code == 0 and {o["path"] for o in body["orphans"]} == orphan
-    assert body["wal_truncated"] == 4  # 4 positions + the expire barrier, minus the one below the upper
+    assert body["wal_truncated"] == 3  # 3 positions + the expire barrier, minus the one below the upper
     assert _data_files(wh) == live_before - orphan
     assert table_ids(wh, TABLE) == list(range(21))
     sink_write(wh, TABLE, rows("after", 300, 2))  # the table still takes writes after truncation
@@ -178,63 +177,63 @@ def _wal_object(wh: str, seq: int) -> Path:
 
 
 def test_corrupt_wal_entry_names_the_object(wh: str, capsys: pytest.CaptureFixture[str]) -> None:
-    bad = _wal_object(wh, 3)
+    bad = _wal_object(wh, 2)
     bad.write_text("{not json")
     code, _, err = _run(capsys, "status", TABLE, "--warehouse", wh)
-    assert code == 2 and f"{3:020d}.json" in err and "fencedlake skip TABLE 3" in err
+    assert code == 2 and f"{2:020d}.json" in err and "fencedlake skip TABLE 2" in err
 
 
 def test_a_damaged_entry_is_moved_aside_and_skipped_then_the_table_moves_on(
     wh: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Damaged position 3 blocks position 4; recover says so (exit 3) until the operator skips 3; then 4 lands."""
-    _pending_entry(wh, 100, 3)  # seq 3
-    _pending_entry(wh, 200, 2)  # seq 4
-    bad = _wal_object(wh, 3)
+    """Damaged position 2 blocks position 3; recover says so (exit 3) until the operator skips 2; then 3 lands."""
+    _pending_entry(wh, 100, 3)  # seq 2
+    _pending_entry(wh, 200, 2)  # seq 3
+    bad = _wal_object(wh, 2)
     bad.write_text("{not json")
     code, _, err = _run(capsys, "recover", TABLE, "--warehouse", wh)
-    assert code == 2 and "skip TABLE 3" in err
-    bad.rename(bad.with_name("damaged-3.json.aside"))
+    assert code == 2 and "skip TABLE 2" in err
+    bad.rename(bad.with_name("damaged-2.json.aside"))
     code, body, err = _run(capsys, "recover", TABLE, "--warehouse", wh, "--json")
-    assert code == 3 and "wait behind WAL position 3" in err
-    code, body, _ = _run(capsys, "skip", TABLE, "4", "--warehouse", wh, "--reason", "x", "--json")
-    assert code == 2  # position 4 holds an object: only a missing position can be skipped
-    code, body, _ = _run(capsys, "skip", TABLE, "3", "--warehouse", wh, "--reason", "disk fault", "--json")
-    assert code == 0 and body["commits"] == [{"seqs": "3-4", "outcomes": "KA"}] and body["waiting"] == 0
+    assert code == 3 and "wait behind WAL position 2" in err
+    code, body, _ = _run(capsys, "skip", TABLE, "3", "--warehouse", wh, "--reason", "x", "--json")
+    assert code == 2  # position 3 holds an object: only a missing position can be skipped
+    code, body, _ = _run(capsys, "skip", TABLE, "2", "--warehouse", wh, "--reason", "disk fault", "--json")
+    assert code == 0 and body["commits"] == [{"seqs": "2-3", "outcomes": "KA"}] and body["waiting"] == 0
     assert table_ids(wh, TABLE) == [*range(20), 200, 201]
-    code, body, _ = _run(capsys, "wal", TABLE, "--warehouse", wh, "--json", "--from", "3")
+    code, body, _ = _run(capsys, "wal", TABLE, "--warehouse", wh, "--json", "--from", "2")
     assert [(e["seq"], e["kind"], e["outcome"]) for e in body["entries"]] == [
-        (3, "skip", "SKIPPED"),
-        (4, "data", "APPLIED"),
+        (2, "skip", "SKIPPED"),
+        (3, "data", "APPLIED"),
     ]
-    code, _, err = _run(capsys, "skip", TABLE, "3", "--warehouse", wh, "--reason", "again")
+    code, _, err = _run(capsys, "skip", TABLE, "2", "--warehouse", wh, "--reason", "again")
     assert code == 2 and "below the committed upper" in err
 
 
 def test_a_lost_entry_that_a_process_kept_lands_from_its_copy_and_the_skip_is_refused_after_the_fact(
     wh: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Position 3 is read by a process that keeps entries, then lost; the operator skips it, and the keeping
+    """Position 2 is read by a process that keeps entries, then lost; the operator skips it, and the keeping
     process commits its copy between the skip's put and the skip's own commit: the skip entry is removed and
     the command says "reconciled meanwhile" (the position holds no object the commit record does not name)."""
     from pyspark_fenced_sink.protocol import repair
     from pyspark_fenced_sink.protocol.commit import recover
 
     before = table_ids(wh, TABLE)
-    _pending_entry(wh, 100, 3)  # seq 3
+    _pending_entry(wh, 100, 3)  # seq 2
     keeper = open_table(catalog_config(warehouse=wh), TABLE).ctx
-    assert keeper.wal.keep is not None and keeper.wal.read(3) is not None  # kept by this "process"
-    _wal_object(wh, 3).unlink()  # lost
+    assert keeper.wal.keep is not None and keeper.wal.read(2) is not None  # kept by this "process"
+    _wal_object(wh, 2).unlink()  # lost
     real_recover = repair.recover
 
     def the_copy_lands_first(ctx: Any, **kwargs: Any) -> Any:
-        recover(keeper)  # a committer of the keeping process applies its copy of position 3
+        recover(keeper)  # a committer of the keeping process applies its copy of position 2
         return real_recover(ctx, **kwargs)
 
     monkeypatch.setattr(repair, "recover", the_copy_lands_first)
-    code, _, err = _run(capsys, "skip", TABLE, "3", "--warehouse", wh, "--reason", "lost")
+    code, _, err = _run(capsys, "skip", TABLE, "2", "--warehouse", wh, "--reason", "lost")
     assert code == 2 and "reconciled meanwhile" in err
-    assert not _wal_object(wh, 3).exists(), "the skip entry was removed again"
+    assert not _wal_object(wh, 2).exists(), "the skip entry was removed again"
     assert table_ids(wh, TABLE) == [*before, 100, 101, 102], "the copy's rows landed once"
 
 

@@ -109,12 +109,24 @@ def test_status_reports_ages_as_numbers_and_explains_entries_pending_by_design(
 def test_a_rerun_answered_duplicate_behind_its_own_barrier_leaves_nothing_pending(
     wh: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """A writer.id job re-run: its DUPLICATE answer rests on its own barrier, so it commits both (PROTOCOL.md §5)."""
-    sink_write(wh, TABLE, rows("job", 100, 5), writer_id="nightly", writer_batch_id=7)
-    again = sink_write(wh, TABLE, rows("job", 100, 5), writer_id="nightly", writer_batch_id=7)
-    assert again.outcome.name == "DUPLICATE" and again.catalog_commits == 1
+    """A writer.id job re-run (no batch id): its DUPLICATE answer rests on its own barrier, so it commits both."""
+    sink_write(wh, TABLE, rows("job", 100, 5), writer_id="nightly")
+    again = sink_write(wh, TABLE, rows("job", 100, 5), writer_id="nightly")
+    assert again.outcome.name == "APPLIED" and again.catalog_commits == 1  # no batch id: nothing to dedupe by
     body = _json(capsys, "status", TABLE, "--warehouse", wh)
     assert body["pending"] == 0 and body["pending_decided_awaiting_record"] == 0
+
+
+def test_an_idempotent_rerun_is_answered_duplicate_without_a_commit(
+    wh: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """writer.id + writer.batch-id: no barrier (PROTOCOL.md §7), so the re-run's DUPLICATE needs no catalog commit;
+    its entry waits, decided, for the next commit to record it, and status says it is not stuck."""
+    sink_write(wh, TABLE, rows("job", 100, 5), writer_id="nightly", writer_batch_id=7)
+    again = sink_write(wh, TABLE, rows("job", 100, 5), writer_id="nightly", writer_batch_id=7)
+    assert again.outcome.name == "DUPLICATE" and again.catalog_commits == 0
+    body = _json(capsys, "status", TABLE, "--warehouse", wh)
+    assert body["pending"] == 1 and body["pending_decided_awaiting_record"] == 1 and body["pending_blocked"] == 0
 
 
 def test_gc_dry_run_text_says_what_it_would_do(wh: str, capsys: pytest.CaptureFixture[str]) -> None:

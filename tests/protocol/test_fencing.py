@@ -362,3 +362,78 @@ def test_an_object_moved_aside_while_a_writer_claims_its_position_is_not_taken_f
     assert result.outcome is Outcome.APPLIED
     assert world.live_paths() == ["data/a-0.parquet"]
     assert world.wal()[result.seq][0] == "data"
+
+
+# ----------------------------------------------------------------------- idempotent jobs (no barrier, §7)
+
+
+def test_an_idempotent_job_opens_with_one_list_and_no_put(world: World) -> None:
+    """writer.id + writer.batch-id: the open lists the WAL once and carries the tail; nothing is put."""
+    anon = open_writer(world.ctx(), None)
+    finish_write(world.ctx(), data_entry(anon, _files("a")), world.remove)  # seq 0
+    before = dict(world.store.counts)
+    job = open_writer(world.ctx(), "orders", run="r1", idempotent=True)
+    assert (job.epoch, job.tail, job.barrier_token) == (None, 1, None)
+    assert world.store.counts["PUT_IF_ABSENT"] == before.get("PUT_IF_ABSENT", 0)
+    assert world.store.counts["LIST"] == before.get("LIST", 0) + 1
+    result = finish_write(world.ctx(), data_entry(job, _files("job"), batch=7), world.remove)
+    assert (result.seq, result.outcome, result.catalog_commits) == (1, Outcome.APPLIED, 1)
+    assert world.table.state.writers == {"orders": WriterState(None, "r1", batches=BatchIds().add(7), tail=1)}
+
+
+def test_a_job_that_opened_later_fences_an_older_idempotent_job(world: World) -> None:
+    """The older job (lower tail) lands after the newer one: FENCED, its files removed, never applied."""
+    zombie = open_writer(world.ctx(), "orders", run="old", idempotent=True)  # tail 0
+    finish_write(world.ctx(), data_entry(open_writer(world.ctx(), None), _files("a")), world.remove)  # seq 0
+    newer = open_writer(world.ctx(), "orders", run="new", idempotent=True)  # tail 1
+    assert (zombie.tail, newer.tail) == (0, 1)
+    assert finish_write(world.ctx(), data_entry(newer, _files("newer"), batch=2), world.remove).outcome is (
+        Outcome.APPLIED
+    )
+    with pytest.raises(FencedWriterError, match=r"opened at WAL tail 0 was fenced by a job of the writer opened later"):
+        finish_write(world.ctx(), data_entry(zombie, _files("zombie"), batch=1), world.remove)
+    assert world.removed == ["data/zombie-0.parquet"]
+    assert world.live_paths() == ["data/a-0.parquet", "data/newer-0.parquet"]
+
+
+def test_idempotent_jobs_that_listed_the_same_tail_are_not_ordered_and_their_batch_ids_decide(world: World) -> None:
+    """Equal tails: neither fences the other; a second copy of a batch is a duplicate, another batch applies."""
+    first = open_writer(world.ctx(), "orders", run="r1", idempotent=True)
+    second = open_writer(world.ctx(), "orders", run="r2", idempotent=True)
+    third = open_writer(world.ctx(), "orders", run="r3", idempotent=True)
+    assert first.tail == second.tail == third.tail == 0
+    outcomes = [
+        finish_write(world.ctx(), data_entry(job, _files(f"j{i}"), batch=b), world.remove).outcome
+        for i, (job, b) in enumerate(((second, 5), (first, 5), (third, 6)))
+    ]
+    assert outcomes == [Outcome.APPLIED, Outcome.DUPLICATE, Outcome.APPLIED]
+    assert world.live_paths() == ["data/j0-0.parquet", "data/j2-0.parquet"]
+
+
+def test_a_barrier_fences_a_running_idempotent_job_and_a_later_job_fences_the_barriers_entries(world: World) -> None:
+    """One scale of positions: a fence put after a job's open fences it; a job opened after a barrier fences that
+    barrier's incarnation."""
+    job = open_writer(world.ctx(), "orders", run="job", idempotent=True)  # tail 0
+    assert fence_writer(world.ctx(), "orders") == 0  # the CLI's fence: a barrier at the tail the job listed
+    with pytest.raises(FencedWriterError, match=r"opened at WAL tail 0 was fenced by epoch 0"):
+        finish_write(world.ctx(), data_entry(job, _files("job"), batch=1), world.remove)
+    barrier = open_writer(world.ctx(), "orders", run="plain")  # writer.id without a batch id: a barrier at 1
+    later = open_writer(world.ctx(), "orders", run="later", idempotent=True)  # lists the barrier: tail 2
+    assert (barrier.epoch, later.tail) == (1, 2)
+    assert finish_write(world.ctx(), data_entry(later, _files("later"), batch=2), world.remove).outcome is (
+        Outcome.APPLIED
+    )
+    with pytest.raises(
+        FencedWriterError, match=r"epoch 1 was fenced by a job of the writer opened later, at WAL tail 2"
+    ):
+        finish_write(world.ctx(), data_entry(barrier, _files("plain")), world.remove)
+    assert world.live_paths() == ["data/later-0.parquet"]
+
+
+def test_a_writer_state_with_a_tail_and_no_epoch_round_trips() -> None:
+    """The committed state keeps an idempotent-only writer as a tail without an epoch; a writer needs one of them."""
+    state = WriterState(None, "r1", batches=BatchIds().add(3), tail=9)
+    assert WriterState.decode(json.loads(json.dumps(state.encode()))) == state
+    assert "epoch" not in state.encode()
+    with pytest.raises(KeyError):
+        WriterState.decode({"batches": {}})

@@ -142,7 +142,7 @@ def test_encoding_is_compact_versioned_json_without_defaults() -> None:
     """The encoding is sorted compact JSON with ``v``; default-valued optional fields are left out."""
     raw = encode_entry(WalEntry(kind=EntryKind.FENCE, token="tok", writer="w", created_ms=5))
     assert raw == b'{"created_ms":5,"kind":"fence","token":"tok","v":2,"writer":"w"}'
-    assert FORMAT_VERSION == 4  # entries that use nothing of version 3 stay readable by version-2 fencedlake
+    assert FORMAT_VERSION == 5  # entries that use nothing of version 3 stay readable by version-2 fencedlake
 
 
 CORRUPT = {
@@ -171,7 +171,7 @@ def test_corrupt_entry_raises_corrupt_control_data_naming_the_key(raw: bytes) ->
     assert err.value.retryable is False
 
 
-@pytest.mark.parametrize("version", [None, 0, 1, 5])
+@pytest.mark.parametrize("version", [None, 0, 1, 6])
 def test_other_format_version_says_upgrade(version: int | None) -> None:
     """An entry of another (or no) format version is corrupt for this reader, and the message says upgrade."""
     body = {"kind": "data", "token": "t", "writer": "w"}
