@@ -32,7 +32,14 @@ TABLE = "db.crash"
 
 #: Fail points only a stable writer passes (anonymous batch writers claim no epoch).
 STABLE_ONLY = {"driver.after-open"}
-MATRIX = [(p, w) for p in sorted(DURABLE_AT) for w in (None, "etl") if w or p not in STABLE_ONLY]
+#: The victim's options by kind: anonymous; an idempotent job (writer.id + writer.batch-id: no barrier, its open
+#: lists the WAL tail, PROTOCOL.md §7); a writer.id job without a batch id (a fence barrier at open).
+KINDS: dict[str, dict[str, Any]] = {
+    "anonymous": {},
+    "job": {"writer.id": "etl", "writer.batch-id": 7},
+    "barrier": {"writer.id": "etl"},
+}
+MATRIX = [(p, k) for p in sorted(DURABLE_AT) for k in KINDS if k != "anonymous" or p not in STABLE_ONLY]
 
 
 def _victim(wh: str, point: str, action: str, **options: Any) -> subprocess.CompletedProcess[str]:
@@ -78,12 +85,11 @@ def wh(tmp_path: Path) -> str:
 
 
 @pytest.mark.multiprocess
-@pytest.mark.parametrize(
-    ("point", "writer_id"), MATRIX, ids=[f"{p}-{'stable' if w else 'anonymous'}" for p, w in MATRIX]
-)
-def test_crash_then_peer_write_finishes_the_victims_durable_work(wh: str, point: str, writer_id: str | None) -> None:
-    """The victim dies at ``point``; the next writer applies its entry iff it was durable; a re-run is exactly-once."""
-    victim_opts = {"writer.id": writer_id, "writer.batch-id": 7} if writer_id else {}
+@pytest.mark.parametrize(("point", "kind"), MATRIX, ids=[f"{p}-{k}" for p, k in MATRIX])
+def test_crash_then_peer_write_finishes_the_victims_durable_work(wh: str, point: str, kind: str) -> None:
+    """The victim dies at ``point``; the next writer applies its entry iff it was durable (past a barrier the
+    victim left, too); a re-run of an idempotent job is exactly-once."""
+    victim_opts = KINDS[kind]
     proc = _victim(wh, point, "crash", **victim_opts)
     assert proc.returncode == 86, proc.stdout + proc.stderr
     result = sink_write(wh, TABLE, rows("peer", 2000, 5))
@@ -91,7 +97,7 @@ def test_crash_then_peer_write_finishes_the_victims_durable_work(wh: str, point:
     victim_rows = list(range(1000, 1050))
     expected = list(range(10)) + (victim_rows if DURABLE_AT[point] else []) + list(range(2000, 2005))
     assert table_ids(wh, TABLE) == sorted(expected)
-    if writer_id:
+    if "writer.batch-id" in victim_opts:
         rerun = sink_write(wh, TABLE, rows("victim", 1000, 50), **victim_opts)
         assert rerun.outcome is (Outcome.DUPLICATE if DURABLE_AT[point] else Outcome.APPLIED)
         assert table_ids(wh, TABLE) == sorted(list(range(10)) + victim_rows + list(range(2000, 2005)))
@@ -136,6 +142,34 @@ def test_zombie_victim_restarted_elsewhere_is_fenced(wh: str) -> None:
     third = sink_write(wh, TABLE, rows("victim", 3000, 5), **{"writer.id": "etl", "writer.batch-id": 2})
     assert third.outcome is Outcome.APPLIED
     assert table_ids(wh, TABLE) == list(range(10)) + list(range(1000, 1050)) + list(range(3000, 3005))
+    _assert_invariants(wh)
+
+
+def test_an_idempotent_job_paused_after_its_open_is_fenced_or_answered_duplicate_never_applied_twice(
+    wh: str,
+) -> None:
+    """Idempotent jobs' drivers pause after their opens (no barrier: each only listed the tail). A copy of a batch
+    that a job opened at the same tail applied is a duplicate (equal tails are not ordered, the batch id decides);
+    once a job that opened later has landed, a paused job's own batch is fenced. Nothing lands twice, and the
+    paused jobs' files are removed."""
+    from pyspark_fenced_sink.errors import FencedWriterError
+    from pyspark_fenced_sink.protocol.file_refs import encoded_path
+    from pyspark_fenced_sink.testing.harness import commit, plan, write_tasks
+
+    paused_own = plan(wh, TABLE, writer_id="etl", writer_batch_id=1)
+    paused_copy = plan(wh, TABLE, writer_id="etl", writer_batch_id=2)
+    first = plan(wh, TABLE, writer_id="etl", writer_batch_id=2)
+    own, copy = write_tasks(paused_own, rows("own", 1000, 5)), write_tasks(paused_copy, rows("copy", 3000, 5))
+    assert commit(first, write_tasks(first, rows("copy", 3000, 5))).outcome is Outcome.APPLIED
+    assert commit(paused_copy, copy, abort=False).outcome is Outcome.DUPLICATE
+    assert sink_write(wh, TABLE, rows("peer", 2000, 5)).outcome is Outcome.APPLIED  # the tail moves on
+    later = sink_write(wh, TABLE, rows("later", 4000, 3), **{"writer.id": "etl", "writer.batch-id": 3})
+    assert later.outcome is Outcome.APPLIED
+    with pytest.raises(FencedWriterError, match="fenced by a job of the writer opened later"):
+        commit(paused_own, own, abort=False)
+    assert table_ids(wh, TABLE) == [*range(10), *range(2000, 2005), *range(3000, 3005), *range(4000, 4003)]
+    paths = [encoded_path(f).removeprefix("file://") for m in (*own, *copy) for f in m.files]
+    assert paths and not any(Path(p).exists() for p in paths)
     _assert_invariants(wh)
 
 

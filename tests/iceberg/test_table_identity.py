@@ -197,18 +197,21 @@ def test_a_spec_decision_is_committed_before_it_is_reported(wh: str) -> None:
 
 
 def test_a_fenced_batch_id_retried_lands_instead_of_being_called_a_duplicate(wh: str) -> None:
-    """Jobs X (batch 5) and Y (batch 6) share a writer.id; Y fences X; X's retry of batch 5 lands its rows."""
+    """Jobs X (batch 5) and Y (batch 6) share a writer.id; Y, opened after a write moved the WAL tail past X's
+    open, fences X; X's retry of batch 5 lands its rows. (Jobs whose opens listed the same tail are not ordered:
+    PROTOCOL.md §7.)"""
     from pyspark_fenced_sink.errors import FencedWriterError
 
     x = plan(wh, TABLE, writer_id="nightly", writer_batch_id=5)
     x_messages = write_tasks(x, rows("x", 500, 5))
+    sink_write(wh, TABLE, rows("between", 700, 1))
     y = plan(wh, TABLE, writer_id="nightly", writer_batch_id=6)
     commit(y, write_tasks(y, rows("y", 600, 5)))
     with pytest.raises(FencedWriterError):
         commit(x, x_messages)
     retried = sink_write(wh, TABLE, rows("x", 500, 5), writer_id="nightly", writer_batch_id=5)
     assert retried.outcome is Outcome.APPLIED
-    assert table_ids(wh, TABLE) == [*range(500, 505), *range(600, 605)]
+    assert table_ids(wh, TABLE) == [*range(500, 505), *range(600, 605), 700]
     again = sink_write(wh, TABLE, rows("x", 500, 5), writer_id="nightly", writer_batch_id=5)
     assert again.outcome is Outcome.DUPLICATE
 

@@ -180,7 +180,8 @@ def test_a_replace_where_over_a_straddling_file_is_refused_while_planning(wh: st
 def test_catalog_failure_while_a_writer_id_opens_is_a_service_error_not_the_clients(
     wh: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The fence barrier's table read fails (PostgreSQL dropped the connection): a retryable ServiceError."""
+    """The fence barrier's table read fails (PostgreSQL dropped the connection): a retryable ServiceError.
+    (A writer.id job without a batch id: a job with one puts no barrier, PROTOCOL.md §7.)"""
     from sqlalchemy.exc import OperationalError
 
     from pyspark_fenced_sink.errors import ServiceError
@@ -193,5 +194,5 @@ def test_catalog_failure_while_a_writer_id_opens_is_a_service_error_not_the_clie
 
     monkeypatch.setattr(IcebergTablePort, "load", dropped)  # open_table's read is the catalog's; the barrier's is this
     with pytest.raises(ServiceError) as raised:
-        plan(wh, TABLE, {"writer.id": "orders", "writer.batch-id": "1"})
+        plan(wh, TABLE, {"writer.id": "orders"})
     assert raised.value.retryable and raised.value.service == "catalog", raised.value
