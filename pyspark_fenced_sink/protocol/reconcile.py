@@ -209,10 +209,7 @@ def fenced_by(entry: WalEntry, current: WriterState | None) -> str | None:
         if current is None:
             return None
         if current.epoch is not None and entry.tail <= current.epoch:
-            return (
-                f"writer {name!r}'s job opened at WAL tail {entry.tail} was fenced by epoch {current.epoch} "
-                f"(run {current.run})"
-            )
+            return f"writer {name!r}'s job opened at WAL tail {entry.tail} was fenced by epoch {current.epoch}"
         if current.tail is not None and entry.tail < current.tail:
             return (
                 f"writer {name!r}'s job opened at WAL tail {entry.tail} was fenced by a job of the writer opened "
