@@ -204,27 +204,27 @@ def fenced_by(entry: WalEntry, current: WriterState | None) -> str | None:
     An idempotent job's entry is valid unless a barrier at or above its tail, or an idempotent job with a
     higher tail, was reconciled: jobs with equal tails are not ordered (their batch ids decide).
     """
-    name = entry.writer
     if entry.tail is not None:
-        if current is None:
-            return None
-        if current.epoch is not None and entry.tail <= current.epoch:
-            return f"writer {name!r}'s job opened at WAL tail {entry.tail} was fenced by epoch {current.epoch}"
-        if current.tail is not None and entry.tail < current.tail:
-            return (
-                f"writer {name!r}'s job opened at WAL tail {entry.tail} was fenced by a job of the writer opened "
-                f"later, at tail {current.tail}"
-            )
-        return None
-    if current is None or current.epoch is None or entry.epoch != current.epoch:
-        fencer = "no open epoch" if current is None or current.epoch is None else f"epoch {current.epoch}"
-        return f"writer {name!r} epoch {entry.epoch} was fenced by {fencer}"
-    if current.tail is not None and entry.epoch < current.tail:
-        return (
-            f"writer {name!r} epoch {entry.epoch} was fenced by a job of the writer opened later, at WAL tail "
-            f"{current.tail}"
-        )
-    return None
+        who = f"writer {entry.writer!r}'s job opened at WAL tail {entry.tail}"
+    else:
+        who = f"writer {entry.writer!r} epoch {entry.epoch}"
+    fencer = _fencer(entry, current)
+    return None if fencer is None else f"{who} was fenced by {fencer}"
+
+
+def _fencer(entry: WalEntry, current: WriterState | None) -> str | None:
+    """What in ``current`` fences ``entry`` (:func:`fenced_by`'s rules), or None."""
+    if current is None:
+        return None if entry.tail is not None else "no open epoch"
+    epoch, tail = current.epoch, current.tail
+    later = f"a job of the writer opened later, at WAL tail {tail}"
+    if entry.tail is not None:
+        if epoch is not None and entry.tail <= epoch:
+            return f"epoch {epoch}"
+        return later if tail is not None and entry.tail < tail else None
+    if epoch is None or entry.epoch != epoch:
+        return "no open epoch" if epoch is None else f"epoch {epoch}"
+    return later if tail is not None and entry.epoch < tail else None
 
 
 def _judge_batch(entry: WalEntry, current: WriterState) -> tuple[Outcome, str] | None:
