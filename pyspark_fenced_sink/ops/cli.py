@@ -16,10 +16,13 @@ import sys
 import time
 from collections.abc import Sequence
 from dataclasses import asdict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pyspark_fenced_sink.errors import CommitOutcomeUnknownError, FencedLakeError
 from pyspark_fenced_sink.ops.cli_args import build_parser
+
+if TYPE_CHECKING:
+    from pyspark_fenced_sink.protocol.state import CommittedState
 
 __all__ = ["main"]
 
@@ -95,6 +98,20 @@ _ENTRY_COLUMNS = (
 )
 
 
+#: A writer's committed state, one row per writer (``status``; ``repair-state`` without ``query``).
+_WRITER_COLUMNS = ("writer", "epoch", "tail", "batches", "run", "query")
+
+
+def _writer_rows(state: CommittedState, columns: Sequence[str]) -> list[dict[str, Any]]:
+    """The committed state's writers as rows of ``columns``, by writer name."""
+    rows = []
+    for name, s in sorted(state.writers.items()):
+        row = {"writer": name, "epoch": s.epoch, "tail": s.tail, "batches": s.batches.describe()}
+        row.update(run=s.run, query=s.query)
+        rows.append({c: row[c] for c in columns})
+    return rows
+
+
 def _cmd_status(args: argparse.Namespace) -> int:
     from pyspark_fenced_sink.ops.commit_stats import commit_stats, describe_stats
     from pyspark_fenced_sink.ops.health import file_health, last_compaction_text
@@ -119,17 +136,7 @@ def _cmd_status(args: argparse.Namespace) -> int:
         "keys_rewritten_in_recent_commits": sum(int(c.get("keys_rewritten") or 0) for c in commits),
         "tombstone_files": len(state.tombstones),
         "commit_stats": commit_stats(table, args.stats_commits),
-        "writers": [
-            {
-                "writer": w,
-                "epoch": s.epoch,
-                "tail": s.tail,
-                "batches": s.batches.describe(),
-                "run": s.run,
-                "query": s.query,
-            }
-            for w, s in sorted(state.writers.items())
-        ],
+        "writers": _writer_rows(state, _WRITER_COLUMNS),
         "pending_entries": entries,
         "recent_commits": commits,
         **file_health(table, now_ms, args.small_file_bytes),
@@ -142,7 +149,7 @@ def _cmd_status(args: argparse.Namespace) -> int:
         args,
         body,
         [
-            ("writers", "writers", ("writer", "epoch", "tail", "batches", "run", "query")),
+            ("writers", "writers", _WRITER_COLUMNS),
             ("pending entries", "pending_entries", _ENTRY_COLUMNS),
             (
                 f"small files by partition (top {args.top}; all with --json)",
@@ -261,12 +268,9 @@ def _cmd_repair_state(args: argparse.Namespace) -> int:
         "positions_replayed": rebuilt.replayed,
         "committed_upper": state.upper,
         "expired_before": state.expired_before,
-        "writers": [
-            {"writer": w, "epoch": s.epoch, "tail": s.tail, "batches": s.batches.describe(), "run": s.run}
-            for w, s in sorted(state.writers.items())
-        ],
+        "writers": _writer_rows(state, _WRITER_COLUMNS[:-1]),
     }
-    _emit(args, body, [("writers", "writers", ("writer", "epoch", "tail", "batches", "run"))])
+    _emit(args, body, [("writers", "writers", _WRITER_COLUMNS[:-1])])
     return 0
 
 

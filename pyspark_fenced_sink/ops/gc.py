@@ -45,6 +45,7 @@ from pyspark_fenced_sink.protocol.fencing import new_token, put_barrier
 from pyspark_fenced_sink.protocol.file_refs import encoded_path
 from pyspark_fenced_sink.protocol.filetag import ApplyTag, FileTag, table_tag
 from pyspark_fenced_sink.protocol.layout import KEYS_PREFIX
+from pyspark_fenced_sink.protocol.reconcile import superseded
 from pyspark_fenced_sink.protocol.state import CommittedState, decode_record
 from pyspark_fenced_sink.store.registry import filesystem_path, open_filesystem
 
@@ -68,10 +69,7 @@ def collectable(tag: FileTag, state: CommittedState) -> bool:
         return True  # a pending entry of this batch id is a duplicate (or too old to judge): never applied
     if tag.epoch is None:
         return False  # an idempotent job's file (no epoch) is judged by its batch id only
-    # An epoch below the writer's barrier, or below an idempotent job that opened later, is fenced (§7).
-    return (current.epoch is not None and tag.epoch < current.epoch) or (
-        current.tail is not None and tag.epoch < current.tail
-    )
+    return superseded(tag.epoch, current) is not None
 
 
 def truncate_wal(ctx: CommitContext) -> int:

@@ -38,6 +38,7 @@ __all__ = [
     "position",
     "reconcile",
     "remembered",
+    "superseded",
     "transition",
 ]
 
@@ -216,15 +217,26 @@ def _fencer(entry: WalEntry, current: WriterState | None) -> str | None:
     """What in ``current`` fences ``entry`` (:func:`fenced_by`'s rules), or None."""
     if current is None:
         return None if entry.tail is not None else "no open epoch"
-    epoch, tail = current.epoch, current.tail
-    later = f"a job of the writer opened later, at WAL tail {tail}"
-    if entry.tail is not None:
-        if epoch is not None and entry.tail <= epoch:
-            return f"epoch {epoch}"
-        return later if tail is not None and entry.tail < tail else None
-    if epoch is None or entry.epoch != epoch:
-        return "no open epoch" if epoch is None else f"epoch {epoch}"
-    return later if tail is not None and entry.epoch < tail else None
+    epoch = current.epoch
+    if entry.tail is not None:  # a job opened between the barriers at tail - 1 and tail
+        return f"epoch {epoch}" if epoch is not None and entry.tail <= epoch else superseded(entry.tail, current)
+    if epoch is None:
+        return "no open epoch"
+    return f"epoch {epoch}" if entry.epoch is None or entry.epoch > epoch else superseded(entry.epoch, current)
+
+
+def superseded(epoch: int, current: WriterState) -> str | None:
+    """What fences barrier epoch ``epoch`` of a writer for good, or None (PROTOCOL.md §7).
+
+    A later barrier, or an idempotent job that opened later (its tail above ``epoch``), was reconciled:
+    committed epochs and tails only grow, so no entry of ``epoch`` is applied again. An epoch *above*
+    the committed one is a barrier not reconciled yet, not superseded.
+    """
+    if current.epoch is not None and epoch < current.epoch:
+        return f"epoch {current.epoch}"
+    if current.tail is not None and epoch < current.tail:
+        return f"a job of the writer opened later, at WAL tail {current.tail}"
+    return None
 
 
 def _judge_batch(entry: WalEntry, current: WriterState) -> tuple[Outcome, str] | None:
