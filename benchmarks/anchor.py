@@ -115,6 +115,34 @@ def _app_round(spark: Any, cmd: dict[str, Any]) -> list[dict[str, Any]]:
     return records
 
 
+def _tree_cpu(root: int) -> dict[str, float]:
+    """CPU seconds used so far by ``root`` and its descendants, JVM apart from the rest (Linux ``/proc``).
+
+    A live process's own time plus that of the children it reaped (a Python daemon's finished workers).
+    """
+    tick = os.sysconf("SC_CLK_TCK")
+    children: dict[int, list[int]] = {}
+    stats: dict[int, tuple[str, float]] = {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            text = Path(f"/proc/{d}/stat").read_text()
+        except OSError:
+            continue
+        name, rest = text[text.index("(") + 1 : text.rindex(")")], text[text.rindex(")") + 2 :].split()
+        children.setdefault(int(rest[1]), []).append(int(d))
+        stats[int(d)] = (name, sum(int(x) for x in rest[11:15]) / tick)  # utime stime cutime cstime
+    used = {"jvm": 0.0, "python": 0.0}
+    todo = [root]
+    while todo:
+        pid = todo.pop()
+        name, cpu = stats.get(pid, ("", 0.0))
+        used["jvm" if name == "java" else "python"] += cpu
+        todo += children.get(pid, [])
+    return used
+
+
 def app_main() -> None:
     """An application: a SparkSession with Iceberg's runtime that runs rounds sent on stdin."""
     from pyspark.sql import SparkSession
@@ -144,7 +172,10 @@ def app_main() -> None:
         cmd = json.loads(line)
         if cmd.get("cmd") == "stop":
             break
-        _send({"records": _app_round(spark, cmd)})
+        before = _tree_cpu(os.getpid())
+        records = _app_round(spark, cmd)
+        after = _tree_cpu(os.getpid())
+        _send({"records": records, "cpu_s": {k: after[k] - before[k] for k in after}})
     spark.stop()
 
 
@@ -281,7 +312,9 @@ def _round(apps: list[_App], catalog: dict[str, Any], name: str, writer: str, pr
                 **{k: prof[k] for k in ("threads", "writes", "rows")},
             }
         )
-    records = [r for a in apps for r in a.receive()["records"]]
+    answers = [a.receive() for a in apps]
+    records = [r for answer in answers for r in answer["records"]]
+    cpu = {k: sum(answer["cpu_s"][k] for answer in answers) for k in ("jvm", "python")}
     snapshots, rows = _verify(catalog, name, table, records)
     landed = [r for r in records if r["ok"]]
     wall = max(r["t1"] for r in records) - start_at
@@ -293,6 +326,7 @@ def _round(apps: list[_App], catalog: dict[str, Any], name: str, writer: str, pr
         "snapshots": snapshots,
         "rows_per_s": rows / wall if wall > 0 else 0.0,
         "latencies": latencies,
+        "cpu_s": cpu,
     }
 
 
@@ -363,6 +397,7 @@ def _result(
             "vs Iceberg",
             "p50 ms",
             "p99 ms",
+            "app CPU s per landed write (JVM + Python)",
         ],
     )
     for name, catalog in catalogs.items():
@@ -388,6 +423,7 @@ def _result(
                     "vs Iceberg": "—" if writer == ICEBERG else round(ratio(speed, base), 2),
                     "p50 ms": round(median(lat)) if lat else "-",
                     "p99 ms": round(percentile(lat, 99)) if lat else "-",
+                    "app CPU s per landed write (JVM + Python)": _cpu_per_write(runs, landed),
                 }
             )
             if writer == FENCED and landed != writes:
@@ -398,6 +434,14 @@ def _result(
         res.notes.append("No warm-up rounds (the CI smoke size): the figures include cold starts; do not publish them.")
     res.data = {"samples": {f"{n}/{w}": v for (n, w), v in samples.items()}, "apps": apps, **prof}
     return res
+
+
+def _cpu_per_write(runs: list[dict[str, Any]], landed: int) -> str:
+    """The applications' CPU seconds (JVM, their Python processes) per landed write, over ``runs``."""
+    if not landed:
+        return "-"
+    jvm, py = (sum(s.get("cpu_s", {}).get(k, 0.0) for s in runs) / landed for k in ("jvm", "python"))
+    return f"{jvm + py:.2f} ({jvm:.2f} + {py:.2f})"
 
 
 #: Issue 31's goals against the anchor: landed rows/s at least this many times Iceberg's, and a p50 no longer.
