@@ -11,12 +11,23 @@ runs ``gc.collect(); gc.freeze()`` once: the import-time objects move to the
 permanent generation, which no collection traverses, and what a request leaves
 behind (~4k objects) is all the daemon's collection still scans.
 
+The second tax is pyspark's: every request a worker serves starts with
+``importlib.invalidate_caches()`` (``pyspark.worker_util.setup_spark_files``),
+and before Python 3.13 a zip importer answers that by reading its archive's
+whole directory again -- one read per importer, and a worker holds ~16 for the
+packages of ``pyspark.zip`` plus two for the ``spark-core`` jar on its path:
+100-120 ms of CPU per request, 3-4 requests per write. :func:`settle` also
+makes a zip importer re-read its archive only when the file changed (size or
+modification time): the directory of an unchanged archive is taken from
+zipimport's own cache, which every importer of that archive shares. Python
+3.13 and later already drop the cache lazily, and are left alone.
+
 Only in Spark's Python workers (a ``pyspark.worker`` or ``pyspark.sql.worker.*``
 module is loaded, or the process is the daemon's fork): never in the user's
 own Python process, whose heap is theirs. ``FENCEDLAKE_GC_FREEZE=0`` (``false``,
-``off``) in the workers' environment turns it off (to measure what it buys:
-``benchmarks/spark_concurrency.py``). Imports only the standard library at
-module load.
+``off``) in the workers' environment turns the freeze off, ``FENCEDLAKE_ZIP_CACHE=0``
+the zip importers' change (to measure what each buys: ``benchmarks/spark_concurrency.py``).
+Imports only the standard library at module load.
 """
 
 from __future__ import annotations
@@ -30,12 +41,14 @@ import threading
 import time
 from enum import Enum
 
-__all__ = ["GC_FREEZE_ENV", "Role", "in_spark_worker", "settle"]
+__all__ = ["GC_FREEZE_ENV", "ZIP_CACHE_ENV", "Role", "in_spark_worker", "settle"]
 
 logger = logging.getLogger(__name__)
 
-#: Environment variable: ``0``/``false``/``off`` turns :func:`settle` off.
+#: Environment variable: ``0``/``false``/``off`` turns :func:`settle`'s freeze off.
 GC_FREEZE_ENV = "FENCEDLAKE_GC_FREEZE"
+#: Environment variable: ``0``/``false``/``off`` leaves the zip importers' cache invalidation as Python has it.
+ZIP_CACHE_ENV = "FENCEDLAKE_ZIP_CACHE"
 
 
 class Role(str, Enum):
@@ -81,14 +94,53 @@ def in_spark_worker() -> bool:
     return _worker[0]
 
 
-def _enabled() -> bool:
-    return os.environ.get(GC_FREEZE_ENV, "1").strip().lower() not in ("0", "false", "off", "no")
+def _enabled(variable: str = GC_FREEZE_ENV) -> bool:
+    return os.environ.get(variable, "1").strip().lower() not in ("0", "false", "off", "no")
+
+
+def _reread_changed_archives_only() -> bool:
+    """Make ``zipimporter.invalidate_caches`` re-read an archive only if it changed; True if installed.
+
+    The stdlib method (Python 3.8-3.12) re-reads the archive's directory into ``_files`` and
+    zipimport's ``_zip_directory_cache`` each time. This one keeps the (size, mtime) it saw per
+    archive; unchanged, the importer takes the cached directory (what the stdlib would have read);
+    changed or unknown, it calls the stdlib method. Left alone where the method or the cache differs
+    from that shape (Python 3.13 invalidates lazily).
+    """
+    import zipimport
+
+    original = zipimport.zipimporter.invalidate_caches
+    cache = getattr(zipimport, "_zip_directory_cache", None)
+    if sys.version_info >= (3, 13) or not isinstance(cache, dict) or getattr(original, "_fencedlake", False):
+        return False
+    seen: dict[str, tuple[int, int]] = {}
+
+    def invalidate_caches(self: zipimport.zipimporter) -> None:
+        try:
+            st = os.stat(self.archive)
+        except OSError:
+            original(self)
+            return
+        signature = (st.st_size, st.st_mtime_ns)
+        files = cache.get(self.archive)
+        if files is not None and seen.get(self.archive) == signature:
+            self._files = files  # type: ignore[attr-defined]  # the stdlib method sets the same attribute
+            return
+        original(self)
+        seen[self.archive] = signature
+
+    invalidate_caches._fencedlake = True  # type: ignore[attr-defined]
+    invalidate_caches.__doc__ = original.__doc__
+    zipimport.zipimporter.invalidate_caches = invalidate_caches  # type: ignore[method-assign]
+    return True
 
 
 def settle(role: Role) -> bool:
     """Import ``role``'s modules, then ``gc.collect(); gc.freeze()``, once per role and process.
 
-    A no-op outside Spark's Python workers, when turned off by :data:`GC_FREEZE_ENV`, and
+    The first call in a worker also makes zip importers re-read only changed archives (unless
+    :data:`ZIP_CACHE_ENV` turns that off). A no-op outside Spark's Python workers, the freeze
+    turned off by :data:`GC_FREEZE_ENV`, and
     on every later call for the same role (one set lookup). A worker that serves several
     roles (local mode shares one pool) collects once per role, at most three times.
 
@@ -100,8 +152,13 @@ def settle(role: Role) -> bool:
     with _lock:
         if role in _settled:
             return False
+        first = not _settled
         _settled.add(role)
-        if not _enabled() or not in_spark_worker():
+        if not in_spark_worker():
+            return False
+        if first and _enabled(ZIP_CACHE_ENV):
+            _reread_changed_archives_only()
+        if not _enabled():
             return False
         started = time.perf_counter()
         for name in _MODULES[role]:

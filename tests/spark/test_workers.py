@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import gc
+import importlib
 import json
 import os
+import sys
+import zipfile
+import zipimport
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -14,7 +18,9 @@ import pytest
 from pyspark_fenced_sink.spark import workers
 from pyspark_fenced_sink.spark.batch import FencedLakeBatchWriter
 from pyspark_fenced_sink.spark.datasource import FencedLakeDataSource
-from pyspark_fenced_sink.spark.workers import GC_FREEZE_ENV, Role, in_spark_worker, settle
+from pyspark_fenced_sink.spark.workers import GC_FREEZE_ENV, ZIP_CACHE_ENV, Role, in_spark_worker, settle
+
+OLD_ZIPIMPORT = sys.version_info < (3, 13)  # before 3.13 a zip importer re-reads its archive on invalidation
 
 
 @pytest.fixture
@@ -23,6 +29,7 @@ def fresh(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
     monkeypatch.setattr(workers, "_settled", set())
     monkeypatch.setattr(workers, "_worker", [True])
     monkeypatch.delenv(GC_FREEZE_ENV, raising=False)
+    monkeypatch.setenv(ZIP_CACHE_ENV, "0")  # the zip importers' change has its own tests below
     collects: list[int] = []
     real = gc.collect
 
@@ -70,6 +77,85 @@ def test_settle_in_the_users_process_does_nothing(monkeypatch: pytest.MonkeyPatc
     assert gc.get_freeze_count() == 0
 
 
+# --- zip importers re-read an archive only when it changed ----------------------------------------------------
+
+
+def _archive(path: Path, modules: dict[str, str]) -> None:
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr("zpkg/__init__.py", "")
+        for name, text in modules.items():
+            z.writestr(f"zpkg/{name}.py", text)
+
+
+@pytest.fixture
+def zipped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Path, list[str]]]:
+    """An archive on sys.path with a package in it (two importers: the archive and its package), reads counted."""
+    archive = tmp_path / "lib.zip"
+    _archive(archive, {"first": "VALUE = 1"})
+    reads: list[str] = []
+    real = zipimport._read_directory  # type: ignore[attr-defined]
+
+    def counting(path: str) -> Any:
+        reads.append(path)
+        return real(path)
+
+    monkeypatch.setattr(zipimport, "_read_directory", counting)
+    monkeypatch.setattr(zipimport.zipimporter, "invalidate_caches", zipimport.zipimporter.invalidate_caches)
+    monkeypatch.syspath_prepend(str(archive))
+    importlib.import_module("zpkg.first")
+    yield archive, reads
+    for name in [m for m in sys.modules if m == "zpkg" or m.startswith("zpkg.")]:
+        del sys.modules[name]
+    for key in [k for k in sys.path_importer_cache if k.startswith(str(archive))]:
+        del sys.path_importer_cache[key]
+
+
+@pytest.mark.skipif(not OLD_ZIPIMPORT, reason="Python 3.13+ drops a zip importer's cache lazily")
+def test_python_rereads_every_importers_archive_on_each_invalidation(zipped: tuple[Path, list[str]]) -> None:
+    """What pyspark's per-request ``importlib.invalidate_caches()`` costs without the change: a read per importer."""
+    archive, reads = zipped
+    reads.clear()
+    importlib.invalidate_caches()
+    importlib.invalidate_caches()
+    assert reads.count(str(archive)) == 4  # the archive's importer and its package's, twice
+
+
+@pytest.mark.skipif(not OLD_ZIPIMPORT, reason="Python 3.13+ drops a zip importer's cache lazily")
+def test_an_unchanged_archive_is_not_read_again_and_a_changed_one_is(zipped: tuple[Path, list[str]]) -> None:
+    """After the change: one read for the first invalidation, none while unchanged, one after a rewrite."""
+    archive, reads = zipped
+    assert workers._reread_changed_archives_only() is True
+    assert workers._reread_changed_archives_only() is False  # installed once
+    reads.clear()
+    importlib.invalidate_caches()
+    assert reads.count(str(archive)) == 1
+    importlib.invalidate_caches()
+    importlib.invalidate_caches()
+    assert reads.count(str(archive)) == 1
+    _archive(archive, {"first": "VALUE = 1", "second": "VALUE = 2"})  # another size: changed
+    importlib.invalidate_caches()
+    assert reads.count(str(archive)) == 2
+    assert importlib.import_module("zpkg.second").VALUE == 2
+
+
+def test_settle_changes_zip_importers_only_in_a_worker_and_only_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first settle in a worker installs it (unless switched off); the user's process is left alone."""
+    calls: list[int] = []
+    monkeypatch.setattr(workers, "_reread_changed_archives_only", lambda: bool(calls.append(1)))
+    monkeypatch.setenv(GC_FREEZE_ENV, "0")
+    monkeypatch.delenv(ZIP_CACHE_ENV, raising=False)
+    for worker, expected in ((False, 0), (True, 1)):
+        monkeypatch.setattr(workers, "_settled", set())
+        monkeypatch.setattr(workers, "_worker", [worker])
+        settle(Role.WRITE_TASK)
+        settle(Role.DRIVER)
+        assert len(calls) == expected
+    monkeypatch.setattr(workers, "_settled", set())
+    monkeypatch.setenv(ZIP_CACHE_ENV, "off")
+    settle(Role.READ_TASK)
+    assert len(calls) == 1
+
+
 # --- in Spark: the workers of a real fencedlake write freeze ---------------------------------------------------
 
 PROBE = "probe.dir"
@@ -78,7 +164,8 @@ PROBE = "probe.dir"
 def _record(directory: str, stage: str) -> None:
     """What the calling worker's heap looks like after the sink's own entry point ran in it."""
     path = Path(directory) / f"{stage}-{os.getpid()}.json"
-    path.write_text(json.dumps({"frozen": gc.get_freeze_count(), "worker": in_spark_worker()}))
+    zip_cache = getattr(zipimport.zipimporter.invalidate_caches, "_fencedlake", False)
+    path.write_text(json.dumps({"frozen": gc.get_freeze_count(), "worker": in_spark_worker(), "zip": zip_cache}))
 
 
 class _ProbedWriter(FencedLakeBatchWriter):
@@ -125,3 +212,4 @@ def test_a_writes_planning_task_and_commit_workers_are_frozen(spark: Any, tmp_pa
     stages = {name.split("-")[0] for name in records}
     assert stages == {"planning", "task", "commit"}, records
     assert all(r["worker"] and r["frozen"] > 0 for r in records.values()), records
+    assert all(r["zip"] == OLD_ZIPIMPORT for r in records.values()), records
