@@ -371,7 +371,16 @@ def run(
     finally:
         for p in procs:
             p.stop()
-    return _result(catalogs, samples, apps, prof, reps, warmup)
+    res = _result(catalogs, samples, apps, prof, reps, warmup)
+    import pyspark
+
+    switches = ", ".join(f"{k}={os.environ.get(k, '1')}" for k in ("FENCEDLAKE_GC_FREEZE", "FENCEDLAKE_ZIP_CACHE"))
+    res.notes.append(f"pyspark {pyspark.__version__}; the sink's worker switches: {switches}.")
+    res.notes.append(
+        "App CPU: the applications' process trees (the JVM; the driver program and its Python workers) during "
+        "the measured rounds, per landed write (a failed write's CPU counts too)."
+    )
+    return res
 
 
 def _result(

@@ -139,10 +139,10 @@ def settle(role: Role) -> bool:
     """Import ``role``'s modules, then ``gc.collect(); gc.freeze()``, once per role and process.
 
     The first call in a worker also makes zip importers re-read only changed archives (unless
-    :data:`ZIP_CACHE_ENV` turns that off). A no-op outside Spark's Python workers, the freeze
-    turned off by :data:`GC_FREEZE_ENV`, and
-    on every later call for the same role (one set lookup). A worker that serves several
-    roles (local mode shares one pool) collects once per role, at most three times.
+    :data:`ZIP_CACHE_ENV` turns that off). A no-op outside Spark's Python workers, and on every
+    later call for the same role (one set lookup); :data:`GC_FREEZE_ENV` turns the freeze off.
+    A worker that serves several roles (local mode shares one pool) collects once per role, at
+    most three times.
 
     Returns:
         True if this call froze the heap.
