@@ -115,14 +115,14 @@ def _app_round(spark: Any, cmd: dict[str, Any]) -> list[dict[str, Any]]:
     return records
 
 
-def _tree_cpu(root: int) -> dict[str, float]:
-    """CPU seconds used so far by ``root`` and its descendants, JVM apart from the rest (Linux ``/proc``).
+#: One process of an application's tree: (parent pid, is the JVM, own CPU s, CPU s of the children it reaped).
+_Proc = tuple[int, bool, float, float]
 
-    A live process's own time plus that of the children it reaped (a Python daemon's finished workers).
-    """
+
+def _tree(root: int) -> dict[int, _Proc]:
+    """``root`` and its descendants now (Linux ``/proc``)."""
     tick = os.sysconf("SC_CLK_TCK")
-    children: dict[int, list[int]] = {}
-    stats: dict[int, tuple[str, float]] = {}
+    procs: dict[int, _Proc] = {}
     for d in os.listdir("/proc"):
         if not d.isdigit():
             continue
@@ -131,15 +131,34 @@ def _tree_cpu(root: int) -> dict[str, float]:
         except OSError:
             continue
         name, rest = text[text.index("(") + 1 : text.rindex(")")], text[text.rindex(")") + 2 :].split()
-        children.setdefault(int(rest[1]), []).append(int(d))
-        stats[int(d)] = (name, sum(int(x) for x in rest[11:15]) / tick)  # utime stime cutime cstime
-    used = {"jvm": 0.0, "python": 0.0}
-    todo = [root]
+        times = [int(x) / tick for x in rest[11:15]]  # utime stime cutime cstime
+        procs[int(d)] = (int(rest[1]), name == "java", times[0] + times[1], times[2] + times[3])
+    kept, todo = {}, [root]
     while todo:
         pid = todo.pop()
-        name, cpu = stats.get(pid, ("", 0.0))
-        used["jvm" if name == "java" else "python"] += cpu
-        todo += children.get(pid, [])
+        if pid in procs:
+            kept[pid] = procs[pid]
+            todo += [p for p, proc in procs.items() if proc[0] == pid]
+    return kept
+
+
+def _cpu_between(before: dict[int, _Proc], after: dict[int, _Proc]) -> dict[str, float]:
+    """CPU seconds the tree used between two :func:`_tree` snapshots, the JVM apart from the Python processes.
+
+    A process's own time goes to its kind. What a parent reaped in between (a worker that exited) is
+    Python's (the JVM's children are Python daemons), less what those children had used before, at
+    least 0: pyspark's daemon ignores SIGCHLD, so the kernel reaps its workers without adding their
+    time to it -- a worker that exits during a round takes its CPU along (rare in a measured round).
+    """
+    used = {"jvm": 0.0, "python": 0.0}
+    gone: dict[int, float] = {}
+    for pid, (parent, _, own, reaped) in before.items():
+        if pid not in after:
+            gone[parent] = gone.get(parent, 0.0) + own + reaped
+    for pid, (_, jvm, own, reaped) in after.items():
+        own0, reaped0 = before[pid][2:] if pid in before else (0.0, 0.0)
+        used["jvm" if jvm else "python"] += own - own0
+        used["python"] += max(0.0, reaped - reaped0 - gone.get(pid, 0.0))
     return used
 
 
@@ -172,10 +191,9 @@ def app_main() -> None:
         cmd = json.loads(line)
         if cmd.get("cmd") == "stop":
             break
-        before = _tree_cpu(os.getpid())
+        before = _tree(os.getpid())
         records = _app_round(spark, cmd)
-        after = _tree_cpu(os.getpid())
-        _send({"records": records, "cpu_s": {k: after[k] - before[k] for k in after}})
+        _send({"records": records, "cpu_s": _cpu_between(before, _tree(os.getpid()))})
     spark.stop()
 
 
