@@ -16,13 +16,11 @@ import sys
 import time
 from collections.abc import Sequence
 from dataclasses import asdict
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pyspark_fenced_sink.errors import CommitOutcomeUnknownError, FencedLakeError
 from pyspark_fenced_sink.ops.cli_args import build_parser
-
-if TYPE_CHECKING:
-    from pyspark_fenced_sink.protocol.state import CommittedState
+from pyspark_fenced_sink.ops.cli_output import ENTRY_COLUMNS, WRITER_COLUMNS, emit, progress, writer_rows
 
 __all__ = ["main"]
 
@@ -58,60 +56,6 @@ def _open(args: argparse.Namespace, **kwargs: Any) -> Any:
     return open_table(config, validate_table_name(args.table), keep=False, **kwargs)
 
 
-def _progress(label: str, done: int, total: int) -> None:
-    """Progress on stderr: live on a terminal; otherwise every 500 items and at the end of large steps."""
-    if total < 100 and not sys.stderr.isatty():
-        return
-    if sys.stderr.isatty() or done == total or done % 500 == 0:
-        end = "\n" if done == total or not sys.stderr.isatty() else ""
-        print(f"\r[fencedlake] {label}: {done}/{total}", end=end, file=sys.stderr, flush=True)
-
-
-def _print_table(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> None:
-    if not rows:
-        print("  (none)")
-        return
-    cells = [[("-" if r.get(c) is None else str(r.get(c))) for c in columns] for r in rows]
-    widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(columns)]
-    print("  " + "  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)))
-    for row in cells:
-        print("  " + "  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)))
-
-
-def _emit(args: argparse.Namespace, body: dict[str, Any], sections: Sequence[tuple[str, str, Sequence[str]]]) -> None:
-    """Print ``body`` as JSON, or its scalar fields then each (title, key, columns) section as a table."""
-    if args.json:
-        print(json.dumps(body, indent=2, sort_keys=True, default=str))
-        return
-    listed = {key for _, key, _ in sections}
-    for key, value in body.items():
-        if key not in listed:
-            print(f"{key}: {value}")
-    for title, key, columns in sections:
-        print(f"{title}:")
-        _print_table(body[key], columns)
-
-
-_ENTRY_COLUMNS = (
-    *("seq", "position", "outcome", "kind", "writer", "epoch", "tail"),
-    *("batch", "mode", "branch", "files", "rows"),
-)
-
-
-#: A writer's committed state, one row per writer (``status``; ``repair-state`` without ``query``).
-_WRITER_COLUMNS = ("writer", "epoch", "tail", "batches", "run", "query")
-
-
-def _writer_rows(state: CommittedState, columns: Sequence[str]) -> list[dict[str, Any]]:
-    """The committed state's writers as rows of ``columns``, by writer name."""
-    rows = []
-    for name, s in sorted(state.writers.items()):
-        row = {"writer": name, "epoch": s.epoch, "tail": s.tail, "batches": s.batches.describe()}
-        row.update(run=s.run, query=s.query)
-        rows.append({c: row[c] for c in columns})
-    return rows
-
-
 def _cmd_status(args: argparse.Namespace) -> int:
     from pyspark_fenced_sink.ops.commit_stats import commit_stats, describe_stats
     from pyspark_fenced_sink.ops.health import file_health, last_compaction_text
@@ -136,7 +80,7 @@ def _cmd_status(args: argparse.Namespace) -> int:
         "keys_rewritten_in_recent_commits": sum(int(c.get("keys_rewritten") or 0) for c in commits),
         "tombstone_files": len(state.tombstones),
         "commit_stats": commit_stats(table, args.stats_commits),
-        "writers": _writer_rows(state, _WRITER_COLUMNS),
+        "writers": writer_rows(state, WRITER_COLUMNS),
         "pending_entries": entries,
         "recent_commits": commits,
         **file_health(table, now_ms, args.small_file_bytes),
@@ -145,12 +89,12 @@ def _cmd_status(args: argparse.Namespace) -> int:
         body["last_compaction"] = last_compaction_text(body["last_compaction"], body.pop("history_since_ms"))
         body["commit_stats"] = describe_stats(body["commit_stats"])
         body["small_files_by_partition"] = body["small_files_by_partition"][: args.top]
-    _emit(
+    emit(
         args,
         body,
         [
-            ("writers", "writers", _WRITER_COLUMNS),
-            ("pending entries", "pending_entries", _ENTRY_COLUMNS),
+            ("writers", "writers", WRITER_COLUMNS),
+            ("pending entries", "pending_entries", ENTRY_COLUMNS),
             (
                 f"small files by partition (top {args.top}; all with --json)",
                 "small_files_by_partition",
@@ -209,7 +153,7 @@ def _cmd_wal(args: argparse.Namespace) -> int:
         "committed_upper": view.state.upper,
         "entries": wal_rows(ctx, view, args.start, limit=args.limit, live_paths=live_paths_of(opened.table)),
     }
-    _emit(args, body, [("entries", "entries", _ENTRY_COLUMNS)])
+    emit(args, body, [("entries", "entries", ENTRY_COLUMNS)])
     return 0
 
 
@@ -234,7 +178,7 @@ def _report_commits(args: argparse.Namespace, ctx: Any, before: int, records: Se
         "waiting": len(waiting),
         "commits": commits,
     }
-    _emit(args, body, [("commits", "commits", ("seqs", "outcomes"))])
+    emit(args, body, [("commits", "commits", ("seqs", "outcomes"))])
     if waiting:
         print(
             f"fencedlake {args.command}: {len(waiting)} entries wait behind WAL position {upper}, which is missing; "
@@ -268,9 +212,9 @@ def _cmd_repair_state(args: argparse.Namespace) -> int:
         "positions_replayed": rebuilt.replayed,
         "committed_upper": state.upper,
         "expired_before": state.expired_before,
-        "writers": _writer_rows(state, _WRITER_COLUMNS[:-1]),
+        "writers": writer_rows(state, WRITER_COLUMNS[:-1]),
     }
-    _emit(args, body, [("writers", "writers", _WRITER_COLUMNS[:-1])])
+    emit(args, body, [("writers", "writers", WRITER_COLUMNS[:-1])])
     return 0
 
 
@@ -284,7 +228,7 @@ def _cmd_gc(args: argparse.Namespace) -> int:
         dry_run=args.dry_run,
         snapshots_older_than_s=args.expire_snapshots_older_than,
         retain_last=args.retain_last,
-        progress=_progress,
+        progress=progress,
     )
     body = {"table": args.table, **asdict(report)}
     body["orphans"] = [{"path": p} for p in report.orphans]
@@ -292,7 +236,7 @@ def _cmd_gc(args: argparse.Namespace) -> int:
     if args.dry_run and not args.json:  # the text says what would happen; the JSON keeps its keys (dry_run: true)
         body = {_GC_DRY_RUN_WORDS.get(k, k): v for k, v in body.items()}
     expired = "snapshots_would_expire" if args.dry_run and not args.json else "snapshots_expired"
-    _emit(
+    emit(
         args,
         body,
         [
@@ -326,7 +270,7 @@ def _cmd_fence(args: argparse.Namespace) -> int:
         "fenced_at_seq": epoch,
         "committed_upper": ctx.load().state.upper,
     }
-    _emit(args, body, [])
+    emit(args, body, [])
     return 0
 
 
@@ -346,18 +290,18 @@ def _cmd_publish(args: argparse.Namespace) -> int:
         "main_snapshot_id": table.metadata.current_snapshot_id,
         "branch_snapshot_id": table.metadata.refs[args.branch].snapshot_id,
     }
-    _emit(args, body, [])
+    emit(args, body, [])
     return 0
 
 
 def _cmd_compact(args: argparse.Namespace) -> int:
     from pyspark_fenced_sink.ops.compact import compact_table, local_runner, spark_runner
 
-    progress = logging.StreamHandler(sys.stderr)  # the compaction's progress lines (INFO) on stderr
-    progress.setFormatter(logging.Formatter("[fencedlake] %(message)s"))
+    handler = logging.StreamHandler(sys.stderr)  # the compaction's progress lines (INFO) on stderr
+    handler.setFormatter(logging.Formatter("[fencedlake] %(message)s"))
     log = logging.getLogger("pyspark_fenced_sink.ops.compact")
     level, propagate = log.level, log.propagate
-    log.addHandler(progress)
+    log.addHandler(handler)
     log.setLevel(logging.INFO)
     log.propagate = False  # printed once here, not again by a FENCEDLAKE_LOG_LEVEL handler
     try:
@@ -373,10 +317,10 @@ def _cmd_compact(args: argparse.Namespace) -> int:
             dry_run=args.dry_run,
         )
     finally:
-        log.removeHandler(progress)
+        log.removeHandler(handler)
         log.setLevel(level)
         log.propagate = propagate
-    _emit(args, asdict(result), [])
+    emit(args, asdict(result), [])
     if result.outcome == "refused":
         print(f"fencedlake compact: refused, nothing changed: {result.detail}", file=sys.stderr)
         return EXIT_UNDONE
