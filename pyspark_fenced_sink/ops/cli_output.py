@@ -63,7 +63,13 @@ def writer_rows(state: CommittedState, columns: Sequence[str]) -> list[dict[str,
     """The committed state's writers as rows of ``columns``, by writer name."""
     rows = []
     for name, s in sorted(state.writers.items()):
-        row = {"writer": name, "epoch": s.epoch, "tail": s.tail, "batches": s.batches.describe()}
-        row.update(run=s.run, query=s.query)
+        row = {
+            "writer": name,
+            "epoch": s.epoch,
+            "tail": s.tail,
+            "batches": s.batches.describe(),
+            "run": s.run,
+            "query": s.query,
+        }
         rows.append({c: row[c] for c in columns})
     return rows

@@ -69,7 +69,7 @@ def collectable(tag: FileTag, state: CommittedState) -> bool:
         return True  # a pending entry of this batch id is a duplicate (or too old to judge): never applied
     if tag.epoch is None:
         return False  # an idempotent job's file (no epoch) is judged by its batch id only
-    return superseded(tag.epoch, current) is not None
+    return superseded(tag.epoch, current) is not None  # a later barrier or a later job's tail was reconciled (§7)
 
 
 def truncate_wal(ctx: CommitContext) -> int:
