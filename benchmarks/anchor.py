@@ -119,26 +119,32 @@ def _app_round(spark: Any, cmd: dict[str, Any]) -> list[dict[str, Any]]:
 _Proc = tuple[int, bool, float, float]
 
 
+def _proc(pid: str, tick: int) -> _Proc | None:
+    """One process's entry of :func:`_tree` from ``/proc/<pid>/stat``; None if it is gone."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    name, rest = text[text.index("(") + 1 : text.rindex(")")], text[text.rindex(")") + 2 :].split()
+    times = [int(x) / tick for x in rest[11:15]]  # utime stime cutime cstime
+    return int(rest[1]), name == "java", times[0] + times[1], times[2] + times[3]
+
+
 def _tree(root: int) -> dict[int, _Proc]:
-    """``root`` and its descendants now (Linux ``/proc``)."""
+    """``root`` and its descendants now (Linux ``/proc``, read once into a parent -> children map)."""
     tick = os.sysconf("SC_CLK_TCK")
     procs: dict[int, _Proc] = {}
+    children: dict[int, list[int]] = {}
     for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        try:
-            text = Path(f"/proc/{d}/stat").read_text()
-        except OSError:
-            continue
-        name, rest = text[text.index("(") + 1 : text.rindex(")")], text[text.rindex(")") + 2 :].split()
-        times = [int(x) / tick for x in rest[11:15]]  # utime stime cutime cstime
-        procs[int(d)] = (int(rest[1]), name == "java", times[0] + times[1], times[2] + times[3])
+        if d.isdigit() and (proc := _proc(d, tick)) is not None:
+            procs[int(d)] = proc
+            children.setdefault(proc[0], []).append(int(d))
     kept, todo = {}, [root]
     while todo:
         pid = todo.pop()
         if pid in procs:
             kept[pid] = procs[pid]
-            todo += [p for p, proc in procs.items() if proc[0] == pid]
+            todo += children.get(pid, [])
     return kept
 
 
@@ -392,7 +398,9 @@ def run(
     res = _result(catalogs, samples, apps, prof, reps, warmup)
     import pyspark
 
-    switches = ", ".join(f"{k}={os.environ.get(k, '1')}" for k in ("FENCEDLAKE_GC_FREEZE", "FENCEDLAKE_ZIP_CACHE"))
+    from pyspark_fenced_sink.spark.workers import GC_FREEZE_ENV, ZIP_CACHE_ENV
+
+    switches = ", ".join(f"{k}={os.environ.get(k, '1')}" for k in (GC_FREEZE_ENV, ZIP_CACHE_ENV))
     res.notes.append(f"pyspark {pyspark.__version__}; the sink's worker switches: {switches}.")
     res.notes.append(
         "App CPU: the applications' process trees (the JVM; the driver program and its Python workers) during "

@@ -202,11 +202,13 @@ def run(
     (their ids disjoint; each checks that the tables hold at least its own rows, the caller
     checks the sum).
     """
-    freeze = os.environ.get("FENCEDLAKE_GC_FREEZE", "1")
+    from pyspark_fenced_sink.spark.workers import GC_FREEZE_ENV
+
+    freeze = os.environ.get(GC_FREEZE_ENV, "1")
     result = SuiteResult(
         "spark-concurrency",
         f"Concurrent Spark appends of {rows:,} rows, fencedlake vs native Parquet (local[2], "
-        f"{writes} writes per thread x {rounds} rounds; FENCEDLAKE_GC_FREEZE={freeze}"
+        f"{writes} writes per thread x {rounds} rounds; {GC_FREEZE_ENV}={freeze}"
         + (", worker pools warmed" if warm else "")
         + ")",
         columns=["writer", "threads", "writes", "p50 s", "p90 s", "p99 s", "max s", "p50 vs native", "failed"],

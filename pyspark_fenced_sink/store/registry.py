@@ -18,6 +18,7 @@ from pyspark_fenced_sink.errors import StoreError
 from pyspark_fenced_sink.store.base import ObjectStore
 from pyspark_fenced_sink.store.local import LocalStore, local_filesystem
 from pyspark_fenced_sink.store.s3 import S3Store, s3_filesystem
+from pyspark_fenced_sink.store.s3_http import http_store
 
 __all__ = ["SCHEMES", "Scheme", "filesystem_path", "open_filesystem", "open_store", "scheme_of"]
 
@@ -46,7 +47,9 @@ def _local(root: str, io_properties: Mapping[str, str]) -> ObjectStore:
 
 
 def _s3(root: str, io_properties: Mapping[str, str]) -> ObjectStore:
-    return S3Store(root, s3_filesystem(io_properties))
+    """The HTTP store where it can serve these properties, s3fs's otherwise (``store/s3_http.py``)."""
+    store = http_store(root, io_properties)
+    return store if store is not None else S3Store(root, s3_filesystem(io_properties))
 
 
 def _s3_fs(location: str, io_properties: Mapping[str, str]) -> Any:

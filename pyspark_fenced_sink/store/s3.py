@@ -19,7 +19,7 @@ from typing import Any
 from pyspark_fenced_sink.errors import StoreError
 from pyspark_fenced_sink.store.filesystem import FileSystemStore
 
-__all__ = ["S3Store", "request_bound_s", "s3_filesystem"]
+__all__ = ["S3Store", "request_bound_s", "s3_filesystem", "seconds"]
 
 _S3_PROPERTY_MAP = {
     "s3.access-key-id": "key",
@@ -122,7 +122,8 @@ READ_TIMEOUT_S = 10.0
 MAX_ATTEMPTS = 3
 
 
-def _seconds(props: Mapping[str, str], key: str, default: float) -> float:
+def seconds(props: Mapping[str, str], key: str, default: float) -> float:
+    """The positive number of seconds property ``key`` sets, else ``default``; a non-number is a StoreError."""
     try:
         value = float(props[key]) if props.get(key) else default
     except ValueError:
@@ -136,8 +137,8 @@ def request_bound_s(io_properties: Mapping[str, str]) -> float:
     Attempts x timeouts, plus botocore's backoff between attempts (at most 1 s, then 2 s, ...) and the
     client's own overhead (measured: about 2 s).
     """
-    connect = _seconds(io_properties, "s3.connect-timeout", CONNECT_TIMEOUT_S)
-    read = _seconds(io_properties, "s3.request-timeout", READ_TIMEOUT_S)
+    connect = seconds(io_properties, "s3.connect-timeout", CONNECT_TIMEOUT_S)
+    read = seconds(io_properties, "s3.request-timeout", READ_TIMEOUT_S)
     return MAX_ATTEMPTS * (connect + read) + float(2**MAX_ATTEMPTS)
 
 
@@ -194,8 +195,8 @@ def s3_filesystem(io_properties: Mapping[str, str]) -> Any:
             if region:
                 client_kwargs["region_name"] = region
             config: dict[str, Any] = {
-                "connect_timeout": _seconds(props, "s3.connect-timeout", CONNECT_TIMEOUT_S),
-                "read_timeout": _seconds(props, "s3.request-timeout", READ_TIMEOUT_S),
+                "connect_timeout": seconds(props, "s3.connect-timeout", CONNECT_TIMEOUT_S),
+                "read_timeout": seconds(props, "s3.request-timeout", READ_TIMEOUT_S),
                 "retries": {"max_attempts": MAX_ATTEMPTS, "mode": "standard"},
             }
             if props.get("s3.force-virtual-addressing", "").lower() != "true":

@@ -1,4 +1,4 @@
-"""Every control-store request to S3 has a bound (store/s3.py; PROTOCOL.md §2.1).
+"""Every control-store request to S3 has a bound, through s3fs and plain HTTP alike (store/s3*.py; PROTOCOL.md §2.1).
 
 ``silent_port`` is a real server that accepts connections and never answers. s3fs's
 defaults let a PUT to it hang for ever: botocore asks for ``100 Continue`` and
@@ -14,10 +14,13 @@ import uuid
 import pytest
 
 from pyspark_fenced_sink.errors import StoreError
+from pyspark_fenced_sink.store.base import ObjectStore
 from pyspark_fenced_sink.store.s3 import S3Store, request_bound_s, s3_filesystem
+from pyspark_fenced_sink.store.s3_http import http_store
 
 
-def test_put_to_a_server_that_never_answers_fails_ambiguous_within_its_bound(silent_port: int) -> None:
+@pytest.mark.parametrize("client", ["s3fs", "http"])
+def test_put_to_a_server_that_never_answers_fails_ambiguous_within_its_bound(silent_port: int, client: str) -> None:
     """A WAL put to an S3 endpoint that never answers raises an ambiguous StoreError within attempts x timeouts."""
     props = {
         "s3.endpoint": f"http://127.0.0.1:{silent_port}",
@@ -27,7 +30,9 @@ def test_put_to_a_server_that_never_answers_fails_ambiguous_within_its_bound(sil
         "s3.connect-timeout": "0.5",
         "s3.request-timeout": "0.5",
     }
-    store = S3Store(f"bucket/{uuid.uuid4().hex}", s3_filesystem(props))
+    root = f"bucket/{uuid.uuid4().hex}"
+    store: ObjectStore | None = S3Store(root, s3_filesystem(props)) if client == "s3fs" else http_store(root, props)
+    assert store is not None
     bound = request_bound_s(props)
     assert bound == 11.0  # 3 attempts x (0.5 + 0.5) s + backoff and overhead
     t0 = time.monotonic()

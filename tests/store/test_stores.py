@@ -1,7 +1,8 @@
 """Control-object stores and put-if-absent (PROTOCOL.md §2, §2.1; invariant I7).
 
 One contract runs against every store: ``LocalStore`` (a tmp directory),
-``MemoryStore`` and ``S3Store`` (s3fs against moto's S3 server on loopback).
+``MemoryStore``, ``S3Store`` (s3fs) and ``S3HttpStore`` (plain signed HTTP),
+both against moto's S3 server on loopback.
 moto checks ``If-None-Match`` and then writes as two steps with no lock in
 between, so only *sequential* conditional-PUT semantics are tested against it
 here; races run on the local and memory stores. S3 error responses moto cannot
@@ -32,6 +33,7 @@ from pyspark_fenced_sink.store.local import LocalStore
 from pyspark_fenced_sink.store.memory import MemoryStore
 from pyspark_fenced_sink.store.registry import SCHEMES, Scheme, open_filesystem, open_store
 from pyspark_fenced_sink.store.s3 import S3Store
+from pyspark_fenced_sink.store.s3_http import S3HttpStore, http_store
 
 BUCKET = "fencedlake-test"
 CREDENTIALS = {"aws_access_key_id": "testing", "aws_secret_access_key": "testing"}
@@ -90,14 +92,28 @@ def s3_store(s3fs_client: Any) -> S3Store:
     return S3Store(control_root(f"s3://{BUCKET}/{uuid.uuid4().hex}", TABLE_UUID), s3fs_client)
 
 
-@pytest.fixture(params=["local", "memory", "s3"])
+@pytest.fixture
+def s3_http_store(s3_endpoint: str) -> S3HttpStore:
+    """An S3HttpStore under a fresh table prefix."""
+    props = {
+        "s3.endpoint": s3_endpoint,
+        "s3.access-key-id": CREDENTIALS["aws_access_key_id"],
+        "s3.secret-access-key": CREDENTIALS["aws_secret_access_key"],
+        "s3.region": "us-east-1",
+    }
+    store = http_store(control_root(f"s3://{BUCKET}/{uuid.uuid4().hex}", TABLE_UUID), props)
+    assert isinstance(store, S3HttpStore)
+    return store
+
+
+@pytest.fixture(params=["local", "memory", "s3", "s3-http"])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> ObjectStore:
     """Every store implementation, fresh and empty."""
     if request.param == "local":
         return LocalStore(control_root(str(tmp_path / "table"), TABLE_UUID))
     if request.param == "memory":
         return MemoryStore()
-    s3: S3Store = request.getfixturevalue("s3_store")
+    s3: ObjectStore = request.getfixturevalue("s3_http_store" if request.param == "s3-http" else "s3_store")
     return s3
 
 
@@ -201,13 +217,13 @@ def test_counting_store_counts_each_request_kind(store: ObjectStore) -> None:
 
 
 @pytest.mark.parametrize("key", ["../x.json", "/etc/passwd", "wal/../../x.json", "..", "wal/.."])
-@pytest.mark.parametrize("kind", ["local", "s3"])
+@pytest.mark.parametrize("kind", ["local", "s3_store", "s3_http_store"])
 def test_keys_cannot_escape_the_control_root(
     kind: str, key: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     """A key that is absolute or has a ``..`` segment is refused by every request, before any I/O."""
     store: ObjectStore = (
-        LocalStore(str(tmp_path / "t" / "_fencedlake")) if kind == "local" else request.getfixturevalue("s3_store")
+        LocalStore(str(tmp_path / "t" / "_fencedlake")) if kind == "local" else request.getfixturevalue(kind)
     )
     with pytest.raises(ValueError, match="escapes the control prefix"):
         store.put_if_absent(key, b"x")
@@ -441,7 +457,7 @@ def test_local_os_errors_become_store_errors(tmp_path: Path) -> None:
 
 
 def test_open_store_picks_the_store_by_scheme(tmp_path: Path, s3_endpoint: str) -> None:
-    """Paths and file:// get a LocalStore, s3:// an S3Store, rooted where asked; unknown schemes fail clearly."""
+    """Paths and file:// get a LocalStore, s3:// with keys an S3HttpStore, rooted where asked; unknown fail clearly."""
     local = open_store(control_root(str(tmp_path / "t"), TABLE_UUID), {})
     assert isinstance(local, LocalStore)
     assert local.root == tmp_path / "t" / "_fencedlake" / TABLE_UUID
@@ -455,7 +471,7 @@ def test_open_store_picks_the_store_by_scheme(tmp_path: Path, s3_endpoint: str) 
         "s3.region": "us-east-1",
     }
     s3 = open_store(control_root(f"s3://{BUCKET}/opened-{uuid.uuid4().hex}", TABLE_UUID), props)
-    assert isinstance(s3, S3Store)
+    assert isinstance(s3, S3HttpStore)
     assert s3.root.endswith(f"/_fencedlake/{TABLE_UUID}")
     assert s3.put_if_absent("wal/a.json", b"x") is True
     assert s3.get("wal/a.json") == b"x"
