@@ -131,6 +131,53 @@ def test_botocore_retry_of_a_conditional_put_whose_answer_was_lost_is_resolved_b
     assert store.get("wal/00000000000000000001") == body
 
 
+def test_http_store_retry_of_a_conditional_put_whose_answer_was_lost_is_resolved_by_the_owner_token(
+    services: Services, network: Network
+) -> None:
+    """The same through the plain-HTTP S3 store the WAL uses by default: its own retry's 412 is resolved as ours."""
+    from pyspark_fenced_sink.store.base import Claim, claim_key
+    from pyspark_fenced_sink.store.s3_http import S3HttpStore, http_store
+
+    link = network.link("i7-http", "s3")
+    props = {
+        "s3.endpoint": f"http://{link.listen}",
+        "s3.access-key-id": services.aws_access_key_id,
+        "s3.secret-access-key": services.aws_secret_access_key,
+        "s3.region": services.aws_region,
+        "s3.request-timeout": "5",
+    }
+    store = http_store(f"{services.s3_bucket}/it/i7h-{uuid.uuid4().hex[:12]}", props)
+    assert isinstance(store, S3HttpStore)
+    sends: list[str] = []
+    toxic = link.add_toxic("reset_peer", stream="downstream", timeout=0)  # answers lost, requests applied
+    real_once = store.client._once
+
+    def once(method: str, *args: Any) -> Any:
+        sends.append(method)
+        try:
+            return real_once(method, *args)
+        finally:
+            if len(sends) == 1:
+                link.remove_toxic(toxic)  # the client's own retry gets through (and finds the object)
+
+    store.client._once = once  # type: ignore[method-assign]
+    puts: list[bool] = []
+    real_put = store.put_if_absent
+
+    def counted(key: str, data: bytes) -> bool:
+        puts.append(real_put(key, data))
+        return puts[-1]
+
+    store.put_if_absent = counted  # type: ignore[method-assign]
+    body = b'{"token": "mine-0123456789"}'
+    claim = claim_key(store, "wal/00000000000000000001", body, "mine-0123456789", lambda b: json.loads(b)["token"])
+
+    assert sends[:2] == ["PUT", "PUT"], f"the client's own retry was not exercised: {sends}"
+    assert puts == [False], "the retry's 412 must reach the protocol as 'exists', resolved by the token"
+    assert claim is Claim.OURS
+    assert store.get("wal/00000000000000000001") == body
+
+
 # ------------------------------------------------------------------ 2. a toxic on one kind of request
 
 #: Request kind -> (fail point it is armed at, links it hits; "catalog" is PostgreSQL or the REST fixture).

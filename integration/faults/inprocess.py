@@ -1,7 +1,7 @@
 """Network faults between the sink and the real services: an S3 proxy and a PostgreSQL proxy.
 
 Both run on loopback inside the test process, in front of the real servers
-(``integration/services``), so the clients the sink uses (s3fs/aiobotocore for
+(``integration/services``), so the clients the sink uses (the plain-HTTP S3 store for
 the WAL, Arrow's S3 client for data and metadata, psycopg2 for the catalog)
 see genuine transport failures, exactly as they would against a flaky network:
 
