@@ -160,8 +160,12 @@ class S3HttpClient:
     # ------------------------------------------------------------------ requests
 
     def url_of(self, bucket: str, key: str = "") -> tuple[str, str]:
-        """(``Host`` header, encoded path) of ``key`` in ``bucket`` (the bucket itself when ``key`` is empty)."""
-        if self.target.virtual:
+        """(``Host`` header, encoded path) of ``key`` in ``bucket`` (the bucket itself when ``key`` is empty).
+
+        A bucket name with a dot goes in the path even where addressing is virtual, as botocore does: as a
+        host name it would not match the endpoint's TLS certificate.
+        """
+        if self.target.virtual and "." not in bucket:
             return f"{bucket}.{self.target.host}", canonical_path(f"/{key}")
         return self.target.host, canonical_path(f"/{bucket}/{key}" if key else f"/{bucket}")
 

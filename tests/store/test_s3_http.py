@@ -370,3 +370,4 @@ def test_aws_without_an_endpoint_is_virtual_hosted_https_in_the_region(monkeypat
     assert client is not None
     assert client.target.scheme == "https"
     assert client.url_of("bkt", "p/k") == ("bkt.s3.eu-west-3.amazonaws.com", "/p/k")
+    assert client.url_of("b.with.dots", "k") == ("s3.eu-west-3.amazonaws.com", "/b.with.dots/k")
