@@ -87,22 +87,44 @@ def network(services: Services, toxiproxy: Toxiproxy) -> Iterator[Network]:
 # ------------------------------------------------------------------ 1. botocore's retry of a lost answer
 
 
-def test_botocore_retry_of_a_conditional_put_whose_answer_was_lost_is_resolved_by_the_owner_token(
-    services: Services, network: Network
-) -> None:
-    """The WAL put lands, its answer is reset on the way back; botocore re-sends it (412): the token says ours."""
-    from pyspark_fenced_sink.store.base import Claim, claim_key
-    from pyspark_fenced_sink.store.s3 import S3Store, s3_filesystem
-
-    link = network.link("i7", "s3")
-    props = {
+def _link_props(services: Services, link: Any) -> dict[str, str]:
+    """FileIO properties of an S3 client that reaches the S3 server through ``link``."""
+    return {
         "s3.endpoint": f"http://{link.listen}",
         "s3.access-key-id": services.aws_access_key_id,
         "s3.secret-access-key": services.aws_secret_access_key,
         "s3.region": services.aws_region,
         "s3.request-timeout": "5",
     }
-    fs = s3_filesystem(props)
+
+
+def _claim_counting_puts(store: Any) -> tuple[Any, list[bool]]:
+    """``claim_key`` of one WAL entry through ``store``, and what each of its ``put_if_absent`` calls answered."""
+    from pyspark_fenced_sink.store.base import claim_key
+
+    puts: list[bool] = []
+    real_put = store.put_if_absent
+
+    def counted(key: str, data: bytes) -> bool:
+        puts.append(real_put(key, data))
+        return puts[-1]
+
+    store.put_if_absent = counted
+    body = b'{"token": "mine-0123456789"}'
+    claim = claim_key(store, "wal/00000000000000000001", body, "mine-0123456789", lambda b: json.loads(b)["token"])
+    assert store.get("wal/00000000000000000001") == body
+    return claim, puts
+
+
+def test_botocore_retry_of_a_conditional_put_whose_answer_was_lost_is_resolved_by_the_owner_token(
+    services: Services, network: Network
+) -> None:
+    """The WAL put lands, its answer is reset on the way back; botocore re-sends it (412): the token says ours."""
+    from pyspark_fenced_sink.store.base import Claim
+    from pyspark_fenced_sink.store.s3 import S3Store, s3_filesystem
+
+    link = network.link("i7", "s3")
+    fs = s3_filesystem(_link_props(services, link))
     store = S3Store(f"{services.s3_bucket}/it/i7-{uuid.uuid4().hex[:12]}", fs)
     fs.connect()
     sends: list[int] = []
@@ -114,39 +136,22 @@ def test_botocore_retry_of_a_conditional_put_whose_answer_was_lost_is_resolved_b
             link.remove_toxic(toxic)  # botocore's own retry gets through (and finds the object)
 
     fs.s3.meta.events.register("before-send.s3.PutObject", before_send)
-    puts: list[bool] = []
-    real_put = store.put_if_absent
-
-    def counted(key: str, data: bytes) -> bool:
-        puts.append(real_put(key, data))
-        return puts[-1]
-
-    store.put_if_absent = counted  # type: ignore[method-assign]
-    body = b'{"token": "mine-0123456789"}'
-    claim = claim_key(store, "wal/00000000000000000001", body, "mine-0123456789", lambda b: json.loads(b)["token"])
+    claim, puts = _claim_counting_puts(store)
 
     assert len(sends) == 2, f"botocore sent the PUT {len(sends)} times: its own retry was not exercised"
     assert puts == [False], "the retry's 412 must reach the protocol as 'exists', resolved by the token"
     assert claim is Claim.OURS
-    assert store.get("wal/00000000000000000001") == body
 
 
 def test_http_store_retry_of_a_conditional_put_whose_answer_was_lost_is_resolved_by_the_owner_token(
     services: Services, network: Network
 ) -> None:
     """The same through the plain-HTTP S3 store the WAL uses by default: its own retry's 412 is resolved as ours."""
-    from pyspark_fenced_sink.store.base import Claim, claim_key
+    from pyspark_fenced_sink.store.base import Claim
     from pyspark_fenced_sink.store.s3_http import S3HttpStore, http_store
 
     link = network.link("i7-http", "s3")
-    props = {
-        "s3.endpoint": f"http://{link.listen}",
-        "s3.access-key-id": services.aws_access_key_id,
-        "s3.secret-access-key": services.aws_secret_access_key,
-        "s3.region": services.aws_region,
-        "s3.request-timeout": "5",
-    }
-    store = http_store(f"{services.s3_bucket}/it/i7h-{uuid.uuid4().hex[:12]}", props)
+    store = http_store(f"{services.s3_bucket}/it/i7h-{uuid.uuid4().hex[:12]}", _link_props(services, link))
     assert isinstance(store, S3HttpStore)
     sends: list[str] = []
     toxic = link.add_toxic("reset_peer", stream="downstream", timeout=0)  # answers lost, requests applied
@@ -161,21 +166,11 @@ def test_http_store_retry_of_a_conditional_put_whose_answer_was_lost_is_resolved
                 link.remove_toxic(toxic)  # the client's own retry gets through (and finds the object)
 
     store.client._once = once  # type: ignore[method-assign]
-    puts: list[bool] = []
-    real_put = store.put_if_absent
-
-    def counted(key: str, data: bytes) -> bool:
-        puts.append(real_put(key, data))
-        return puts[-1]
-
-    store.put_if_absent = counted  # type: ignore[method-assign]
-    body = b'{"token": "mine-0123456789"}'
-    claim = claim_key(store, "wal/00000000000000000001", body, "mine-0123456789", lambda b: json.loads(b)["token"])
+    claim, puts = _claim_counting_puts(store)
 
     assert sends[:2] == ["PUT", "PUT"], f"the client's own retry was not exercised: {sends}"
     assert puts == [False], "the retry's 412 must reach the protocol as 'exists', resolved by the token"
     assert claim is Claim.OURS
-    assert store.get("wal/00000000000000000001") == body
 
 
 # ------------------------------------------------------------------ 2. a toxic on one kind of request
