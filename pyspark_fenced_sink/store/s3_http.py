@@ -22,7 +22,7 @@ Outcomes and bounds are :class:`~.s3.S3Store`'s: ``412`` -> exists; ``409
 ConditionalRequestConflict`` is retried on the same key; every request is
 bounded by the same connect / read timeouts and attempts
 (:func:`~.s3.request_bound_s`); a PUT whose request may have reached the server
-(a lost answer, a 5xx) and still failed after its attempts is an ambiguous
+(a lost answer, a 5xx; not a connection that was never made) and still failed after its attempts is an ambiguous
 :class:`StoreError`, resolved by the owner token (invariant I7). A retry of a
 landed PUT answers ``412`` on itself, which the caller resolves the same way.
 """
@@ -59,6 +59,10 @@ _POOL_SIZE = 16
 
 #: Transport failures: the request may or may not have reached the server.
 _TRANSPORT = (OSError, http.client.HTTPException)
+
+
+class _Unsent(Exception):
+    """No connection could be made: the request never left (a refused or timed-out connect)."""
 
 
 class _Answer:
@@ -176,7 +180,10 @@ class S3HttpClient:
         headers = sign(self.credentials, self.region, method, host, path, query, payload, amz_date())
         headers.update(extra)
         target = f"{path}?{canonical_query(query)}" if query else path
-        conn = self._take(host)
+        try:
+            conn = self._take(host)
+        except _TRANSPORT as e:
+            raise _Unsent(f"{type(e).__name__}: {e}") from e
         try:
             conn.request(method, target, body=body or None, headers=headers)
             response = conn.getresponse()
@@ -204,7 +211,7 @@ class S3HttpClient:
 
         Raises:
             StoreError: every attempt failed; ``ambiguous`` when the method is ``PUT`` and an attempt may
-                have been applied (a transport failure, a 5xx).
+                have been applied (a failure after the connection was made, a 5xx; not a refused connect).
         """
         host, path = self.url_of(bucket, key)
         maybe = False
@@ -214,6 +221,9 @@ class S3HttpClient:
                 time.sleep(random.uniform(0, 0.1 * 2**attempt))
             try:
                 answer = self._once(method, host, path, query or {}, body, headers or {})
+            except _Unsent as e:
+                failure = f"no connection: {e}"
+                continue
             except _TRANSPORT as e:
                 maybe, failure = True, f"{type(e).__name__}: {e}"
                 continue

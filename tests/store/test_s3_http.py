@@ -216,6 +216,18 @@ def test_a_put_that_may_have_landed_fails_ambiguous_after_its_attempts(
     assert len(state.requests) == s3_http.MAX_ATTEMPTS
 
 
+def test_a_put_that_never_connected_fails_not_ambiguous() -> None:
+    """Every connect refused: the request never left, so the error is definite (nothing may have landed)."""
+    import socket
+
+    with socket.create_server(("127.0.0.1", 0)) as closed:
+        port = closed.getsockname()[1]
+    store = _store(f"http://127.0.0.1:{port}")
+    with pytest.raises(StoreError, match="no connection") as raised:
+        store.put_if_absent("wal/4.json", b"x")
+    assert not raised.value.ambiguous
+
+
 def test_a_lost_answer_then_412_on_itself_reports_exists(script: tuple[_Script, str]) -> None:
     """The PUT landed but its answer was lost; the retry finds the key (412): 'exists', for the token to resolve."""
     state, endpoint = script
