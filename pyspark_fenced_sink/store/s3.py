@@ -13,13 +13,13 @@ from __future__ import annotations
 import random
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from pyspark_fenced_sink.errors import StoreError
 from pyspark_fenced_sink.store.filesystem import FileSystemStore
 
-__all__ = ["S3Store", "request_bound_s", "s3_filesystem", "seconds"]
+__all__ = ["S3Store", "put_through_conflicts", "request_bound_s", "s3_filesystem", "seconds"]
 
 _S3_PROPERTY_MAP = {
     "s3.access-key-id": "key",
@@ -59,18 +59,37 @@ class S3Store(FileSystemStore):
 
     def put_if_absent(self, key: str, data: bytes) -> bool:
         path = self._path(key)
-        for attempt in range(self.conflict_retries):
+
+        def once() -> bool | None:
             try:
                 self.fs.pipe_file(path, data, mode="create")
                 return True
             except FileExistsError:
                 return False
             except self._failures as e:
-                if _s3_error_code(e) == "ConditionalRequestConflict" and attempt + 1 < self.conflict_retries:
-                    time.sleep(random.uniform(0.01, 0.05) * (attempt + 1))
-                    continue
+                if _s3_error_code(e) == "ConditionalRequestConflict":
+                    return None
                 raise self._error("PUT", key, e, ambiguous=_may_have_applied(e)) from e
-        raise StoreError(f"PUT s3://{path}: still conflicting after {self.conflict_retries} attempts")
+
+        return put_through_conflicts(once, f"s3://{path}", self.conflict_retries)
+
+
+def put_through_conflicts(put: Callable[[], bool | None], where: str, retries: int) -> bool:
+    """Send ``put`` until S3 stops answering ``409 ConditionalRequestConflict``, with growing jitter between.
+
+    ``put`` answers True (created), False (exists) or None (the 409: a concurrent conditional write to the key
+    was in flight, nothing was applied). Both S3 stores' conditional PUTs go through here (PROTOCOL.md §2.1).
+
+    Raises:
+        StoreError: still conflicting after ``retries`` puts (definite: none was applied).
+    """
+    for attempt in range(retries):
+        outcome = put()
+        if outcome is not None:
+            return outcome
+        if attempt + 1 < retries:
+            time.sleep(random.uniform(0.01, 0.05) * (attempt + 1))
+    raise StoreError(f"PUT {where}: still conflicting (409 ConditionalRequestConflict) after {retries} attempts")
 
 
 def _s3_failures() -> tuple[type[BaseException], ...]:

@@ -45,7 +45,13 @@ from typing import Any
 from pyspark_fenced_sink.errors import StoreError
 from pyspark_fenced_sink.masking import mask_secrets
 from pyspark_fenced_sink.store.base import check_key
-from pyspark_fenced_sink.store.s3 import CONNECT_TIMEOUT_S, MAX_ATTEMPTS, READ_TIMEOUT_S, seconds
+from pyspark_fenced_sink.store.s3 import (
+    CONNECT_TIMEOUT_S,
+    MAX_ATTEMPTS,
+    READ_TIMEOUT_S,
+    put_through_conflicts,
+    seconds,
+)
 from pyspark_fenced_sink.store.sigv4 import EMPTY_SHA256, Credentials, amz_date, canonical_path, canonical_query, sign
 
 __all__ = ["S3_CLIENT_ENV", "S3HttpClient", "S3HttpStore", "http_client", "http_store"]
@@ -295,19 +301,16 @@ class S3HttpStore:
     def put_if_absent(self, key: str, data: bytes) -> bool:
         """Create ``key`` only if absent (``If-None-Match: *``): True created, False it exists."""
         path = self.base + check_key(key)
-        for attempt in range(self.conflict_retries):
+
+        def once() -> bool | None:
             answer = self.client.request("PUT", self.bucket, path, body=data, headers={"If-None-Match": "*"})
-            if answer.status == 200:
-                return True
-            if answer.status == 412:
-                return False
+            if answer.status in (200, 412):
+                return answer.status == 200
             if answer.status == 409 and answer.code in ("", "ConditionalRequestConflict"):
-                if attempt + 1 < self.conflict_retries:
-                    time.sleep(random.uniform(0.01, 0.05) * (attempt + 1))
-                    continue
-                break
+                return None
             raise self._error("PUT", key, answer)
-        raise StoreError(f"PUT s3://{self.root}/{key}: still conflicting after {self.conflict_retries} attempts")
+
+        return put_through_conflicts(once, f"s3://{self.root}/{key}", self.conflict_retries)
 
     def delete(self, key: str) -> None:
         """Delete ``key``; a missing key is not an error."""
