@@ -31,6 +31,7 @@ from pyspark_fenced_sink.errors import InvalidOptionsError, TableChangedError
 from pyspark_fenced_sink.iceberg.codec.fileio import io_properties, with_lean_file_io
 from pyspark_fenced_sink.iceberg.codec.partitioning import parse_partition_by, same_partitioning, spec_to_text
 from pyspark_fenced_sink.iceberg.codec.write_properties import check_write_properties
+from pyspark_fenced_sink.iceberg.commit import shared_loads
 from pyspark_fenced_sink.iceberg.commit.manifests import merge_settings
 from pyspark_fenced_sink.iceberg.commit.table_port import IcebergTablePort
 from pyspark_fenced_sink.iceberg.service_errors import classify, service_errors
@@ -227,7 +228,7 @@ def _load_or_create(
     from pyiceberg.exceptions import NoSuchTableError
 
     try:
-        table = catalog.load_table(name)
+        table = shared_loads.load_table(catalog, name)
     except NoSuchTableError:
         if expected_uuid is not None:
             raise TableChangedError(

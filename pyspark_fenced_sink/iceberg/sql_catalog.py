@@ -67,7 +67,6 @@ from pyiceberg.typedef import Identifier
 from sqlalchemy import event, select, update
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import DBAPIError, InvalidatePoolError
-from sqlalchemy.orm import Session
 
 from pyspark_fenced_sink.iceberg.timeouts import NO_ANSWER
 
@@ -180,13 +179,13 @@ class LeanSqlCatalog(SqlCatalog):
         answering, and a second wait would double the bound a caller was promised.
         """
         try:
-            with Session(self.engine) as session:
-                return session.scalar(stmt)
+            with self.engine.connect() as connection:  # not an ORM session: a third of the CPU of a read
+                return connection.execute(stmt).scalar()
         except DBAPIError as e:
             if not e.connection_invalidated or NO_ANSWER in str(e):
                 raise
-        with Session(self.engine) as session:  # the pool was invalidated with it: a new connection
-            return session.scalar(stmt)
+        with self.engine.connect() as connection:  # the pool was invalidated with it: a new connection
+            return connection.execute(stmt).scalar()
 
     def commit_table(
         self, table: Table, requirements: tuple[Any, ...], updates: tuple[Any, ...]

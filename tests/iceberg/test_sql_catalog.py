@@ -265,8 +265,8 @@ def test_a_load_whose_statement_got_no_answer_in_time_is_not_run_again(
 ) -> None:
     """A statement bound by request-timeout that timed out (the connection closed with it) raises at once:
     running it again would double the bound."""
+    from sqlalchemy.engine import Connection
     from sqlalchemy.exc import OperationalError
-    from sqlalchemy.orm import Session
 
     from pyspark_fenced_sink.iceberg.timeouts import NO_ANSWER
 
@@ -278,7 +278,7 @@ def test_a_load_whose_statement_got_no_answer_in_time_is_not_run_again(
         calls.append("SELECT")
         raise OperationalError("SELECT ...", {}, Exception(f"{NO_ANSWER} within 1 s"), connection_invalidated=True)
 
-    monkeypatch.setattr(Session, "scalar", no_answer)
+    monkeypatch.setattr(Connection, "execute", no_answer)
     with pytest.raises(OperationalError, match=NO_ANSWER):
         catalog.load_table(TABLE)
     assert calls == ["SELECT"]

@@ -14,6 +14,7 @@ storage error while the manifests are written, before the catalog request ->
 from __future__ import annotations
 
 import logging
+import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
@@ -33,6 +34,7 @@ from pyiceberg.table.update import AssertDefaultSpecId, AssertTableUUID, update_
 
 from pyspark_fenced_sink import failpoints
 from pyspark_fenced_sink.errors import CorruptControlDataError, TableChangedError
+from pyspark_fenced_sink.iceberg.commit import shared_loads
 from pyspark_fenced_sink.iceberg.commit.branches import (
     StagedCommit,
     ref_requirements,
@@ -117,8 +119,32 @@ class _LeanTransaction(Transaction):
         return self._cached[1]
 
 
+#: Views already made, by table name and metadata location, each with the metadata object it was made from:
+#: a view is a function of the metadata alone, and the threads waiting on one table re-read the same version
+#: many times (``shared_loads``). The newest few are kept.
+_VIEWS: OrderedDict[tuple[tuple[str, ...], str], tuple[TableMetadata, TableView]] = OrderedDict()
+_VIEWS_KEPT = 32
+_views_lock = threading.Lock()
+
+
 def view_of(table: Table) -> TableView:
     """The committed view of a loaded table (not yet checked: ``CommitContext.check`` binds it)."""
+    key = (table.name(), str(table.metadata_location))
+    with _views_lock:
+        made = _VIEWS.get(key)
+        if made is not None and made[0] is table.metadata:
+            _VIEWS.move_to_end(key)
+            return made[1]
+    view = _view_of(table)
+    with _views_lock:
+        _VIEWS[key] = (table.metadata, view)
+        _VIEWS.move_to_end(key)
+        while len(_VIEWS) > _VIEWS_KEPT:
+            _VIEWS.popitem(last=False)
+    return view
+
+
+def _view_of(table: Table) -> TableView:
     metadata = table.metadata
     snapshot = table.current_snapshot()
     text = table.properties.get(STATE_PROPERTY)
@@ -222,7 +248,7 @@ class IcebergTablePort:
 
     def load(self) -> TableView:
         try:
-            return self.remember(self.catalog.load_table(self.name))
+            return self.remember(shared_loads.load_table(self.catalog, self.name))
         except NoSuchTableError as e:
             raise TableChangedError(
                 f"table {self.name} no longer exists: it was dropped while in use", table=self.name
