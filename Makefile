@@ -11,7 +11,7 @@ export VENV
 help:
 	@echo "make demo         set up .venv, then run a local demo write + read"
 	@echo "make test         set up .venv, then run everything CI runs (scripts/test.sh)"
-	@echo "make unit         hermetic tests only (pytest tests)"
+	@echo "make unit         hermetic tests only (pytest tests, two workers)"
 	@echo "make wheel        the built wheel in a fresh venv without extras: batch + stream writes"
 	@echo "make integration  real PostgreSQL + S3 on 127.0.0.1, pytest integration"
 	@echo "make interop      Iceberg's Java implementation beside us (jars from Maven Central, .venv-interop)"
