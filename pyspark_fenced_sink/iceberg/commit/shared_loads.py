@@ -42,10 +42,8 @@ class _Reads:
     """The reads of one table through one catalog object in this process."""
 
     cond: threading.Condition = field(default_factory=threading.Condition)
-    #: Reads started so far; read ``n`` is the n-th.
+    #: Reads started so far; read ``n`` is the n-th. One runs at a time: one is in flight while ``started > ended``.
     started: int = 0
-    #: A read is in flight.
-    running: bool = False
     #: The last read to end: its number, and its table (None: it failed).
     ended: int = 0
     table: Any = None
@@ -74,14 +72,13 @@ def load_table(catalog: Any, identifier: str) -> Any:
         return catalog.load_table(identifier)
     with reads.cond:
         need = reads.started + 1  # the first read to start after this call
-        while reads.ended < need and reads.running:
+        while reads.ended < need and reads.started > reads.ended:
             reads.cond.wait()
         if reads.ended >= need:
             if reads.table is not None:
                 return copy.copy(reads.table)
             mine = 0  # the shared read failed: read on our own
         else:
-            reads.running = True
             reads.started += 1
             mine = reads.started
     if not mine:
@@ -92,7 +89,6 @@ def load_table(catalog: Any, identifier: str) -> Any:
         return table
     finally:
         with reads.cond:
-            reads.running = False
             reads.ended = mine
             # A copy of its own: the caller may commit through ``table``, which moves it to another version.
             reads.table = None if table is None else copy.copy(table)
