@@ -58,7 +58,11 @@ def _refuse_if_reconciled(ctx: CommitContext, view: TableView, seq: int, token: 
     """Remove the skip at ``seq`` and refuse if a commit reconciled ``seq`` with another entry."""
     if seq < view.state.upper and recorded_token(ctx, view, seq) != token[:TOKEN_CHARS]:
         ctx.wal.remove(seq)
-        raise SkipRefused(f"table {ctx.port.name}: position {seq} was reconciled meanwhile; nothing to skip")
+        raise SkipRefused(
+            f"table {ctx.port.name}: position {seq} was reconciled meanwhile; nothing to skip. If its commit record "
+            f"names the object you moved aside (`fencedlake wal {ctx.port.name} --from {seq} --limit 1`), copy that "
+            "object back to the position, over anything put there since: `repair-state` replays it"
+        )
 
 
 @dataclass(frozen=True)

@@ -149,6 +149,8 @@ class Env:
     #: Batch jobs' incarnations by (writer, run): when the open started and returned, the tail an idempotent
     #: job's open listed (None: it put a barrier) and the table's uuid. ``_check_open_order`` orders them.
     jobs: dict[tuple[str, str], tuple[float, float, int | None, str | None]] = field(default_factory=dict)
+    #: The barrier a job's open put, by (writer, run): (its seq, its token prefix).
+    barriers: dict[tuple[str, str], tuple[int, str]] = field(default_factory=dict)
     #: Whether a ``writer.id`` job also has a batch id's open (no barrier, PROTOCOL.md §7): its own stream.
     kinds: random.Random = field(default_factory=random.Random)
     #: The pace the catalog reports (``TableView.pace``): None, or writers spread their claims over a
@@ -354,6 +356,7 @@ def _open(
         env.jobs[(writer, run)] = (env.jobs[(writer, run)][0], env.sched.clock, ident.tail, write.table_uuid)
         if ident.epoch is not None:
             write.barrier = (ident.epoch, str(ident.barrier_token))
+            env.barriers[(writer, run)] = (ident.epoch, str(ident.barrier_token)[:TOKEN_CHARS])
             env.opens.append((writer, ident.epoch, str(ident.barrier_token)[:TOKEN_CHARS], env.sched.clock))
     return ctx, view, ident
 
@@ -696,14 +699,16 @@ def _lose_and_skip(env: Env) -> None:
         skip_position(ctx, upper, "damaged object moved aside (model)")
     except SkipRefused:
         # "reconciled meanwhile; nothing to skip": if a committer had read the entry before the damage, its
-        # record names it; the operator puts the entry back from a backup, so the position holds it again.
+        # record names it; the operator puts the entry back from a backup, so the position holds it again. A
+        # restore is a copy: it replaces what a stale put may have left there since (a seal or a claim whose
+        # writer read an older upper: inert below the upper, PROTOCOL.md §3 "Reads", §8.1).
         if original is not None and _token_of(original):
             try:
                 named = recorded_token(ctx, ctx.load(), upper)
             except (CorruptControlDataError, *WRITE_ERRORS):
                 return
             if named == _token_of(original):
-                ctx.wal.store.objects.setdefault(wal_key(upper), original)  # type: ignore[attr-defined]
+                ctx.wal.store.objects[wal_key(upper)] = original  # type: ignore[attr-defined]
     except (CorruptControlDataError, *WRITE_ERRORS):
         return
 
@@ -1166,7 +1171,9 @@ def _check_open_order(
     after B took effect (B's barrier reconciled, or B's entry decided other than FENCED) — unless both
     opened without a barrier and listed the same tail (not ordered: their batch ids decide); and if B put
     a barrier, no entry of A put after B's open returned is applied at all (the barrier sealed the holes
-    below it). Writers (and runs) outside ``env.jobs`` are streams, checked by the other I4 checks.
+    below it) — unless B's barrier was damaged and the operator skipped it: it never took effect, so it
+    fenced nothing (PROTOCOL.md §8.1). Writers (and runs) outside ``env.jobs`` are streams, checked by the
+    other I4 checks.
     """
     root = _root_of(env, final)
     took_effect: dict[tuple[str, str], int] = {}
@@ -1197,12 +1204,27 @@ def _check_open_order(
                     f"I4: {writer} run {entry.run[:8]} (opened by t={mine[1]:.3f}) applied at seq {seq} after run "
                     f"{run[:8]}, opened at t={started:.3f}, took effect at seq {effect}"
                 )
-            if tail is None and put is not None and put[1] == tok and put[0] > returned:
+            if (
+                tail is None
+                and put is not None
+                and put[1] == tok
+                and put[0] > returned
+                and not _skipped(env, env.barriers.get((writer, run)), outcome_at)
+            ):
                 v.append(
                     f"I4: {writer} run {entry.run[:8]}'s entry put at t={put[0]:.3f} (seq {seq}) was applied although "
                     f"run {run[:8]} opened with a barrier after it, by t={returned:.3f}"
                 )
     return v
+
+
+def _skipped(env: Env, barrier: tuple[int, str] | None, outcome_at: Mapping[int, tuple[str, Outcome]]) -> bool:
+    """True if ``barrier`` (seq, token prefix) was damaged, moved aside and skipped by the operator (never took
+    effect: its writer is fenced, and it fences nobody, PROTOCOL.md §8.1)."""
+    if barrier is None or barrier not in env.extra.get("damaged", ()):
+        return False
+    found = outcome_at.get(barrier[0])
+    return found is not None and found[0] != barrier[1]
 
 
 def _check_false_fences(env: Env, finals: list[Final]) -> list[str]:
@@ -1226,11 +1248,15 @@ def _check_false_fences(env: Env, finals: list[Final]) -> list[str]:
         own, other = first.get((writer, run)), first.get((writer, fencer or ""))
         if own is not None and other is not None and other < own:
             v.append(f"I4: {proc} (registered at seq {own}) was fenced by run {fencer} registered earlier ({other})")
-    # A batch job is fenced only if another open of its writer had not returned before its own started.
+    # A batch job is fenced only if another open of its writer had not returned before its own started, or if
+    # the operator skipped its damaged barrier.
+    by_uuid = {f.table.uuid: _outcomes(f.table) for f in finals}
     for w in env.writes:
         key = None if w.entry is None else (w.entry.writer, w.entry.run or "")
         mine = env.jobs.get(key) if key is not None else None
         if mine is None or not isinstance(w.error, FencedWriterError):
+            continue
+        if _skipped(env, env.barriers.get(key), by_uuid.get(mine[3], {})):  # type: ignore[arg-type]
             continue
         if not any(
             k != key and k[0] == key[0] and job[1] >= mine[0] and job[3] == mine[3] for k, job in env.jobs.items()

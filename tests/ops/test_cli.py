@@ -233,6 +233,7 @@ def test_a_lost_entry_that_a_process_kept_lands_from_its_copy_and_the_skip_is_re
     monkeypatch.setattr(repair, "recover", the_copy_lands_first)
     code, _, err = _run(capsys, "skip", TABLE, "2", "--warehouse", wh, "--reason", "lost")
     assert code == 2 and "reconciled meanwhile" in err
+    assert f"fencedlake wal {TABLE} --from 2 --limit 1" in err and "copy that object back" in err, err
     assert not _wal_object(wh, 2).exists(), "the skip entry was removed again"
     assert table_ids(wh, TABLE) == [*before, 100, 101, 102], "the copy's rows landed once"
 
