@@ -50,8 +50,8 @@ SEAL_REASON = "hole below a barrier, sealed"
 #: Entry kinds put by ``fencing.put_barrier``, which seals the holes below them (:meth:`Wal.seal`).
 BARRIERS = frozenset({EntryKind.FENCE, EntryKind.EXPIRE})
 #: Claims spread over at most this many positions above the tail (after lost races, or under load). It binds only
-#: above ~250 writes/s of claims (``_spread``); 32 left 2.0-2.2 PUT tries per write at W = 512, 64 1.7-1.8
-#: (docs/benchmarks.md §9).
+#: above ~250 claims per second (``_spread``): at W = 512 a cap of 32 left 2.0-2.2 PUT tries per write, 64 leaves
+#: 1.7-1.8 (docs/benchmarks.md §9).
 SPREAD_MAX = 64
 #: The first claim spreads over about ``pace * (one LIST's duration) * SPREAD_FACTOR`` positions: the writers
 #: that claim within one round trip of each other then mostly pick different positions.
