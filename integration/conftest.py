@@ -46,24 +46,54 @@ def pytest_report_header(config: pytest.Config) -> str:
     return "fencedlake interop: integration/interop/ not collected here; run integration/interop/run.sh"
 
 
+#: The longest modules, in the order they start (~365, 205, 170 and 160 s of the ~1,000 s stage, 2026-11-30): with
+#: two pytest-xdist workers (scripts/test.sh: ``--dist loadscope``, each module whole in one worker, so its Spark
+#: session, Connect server or cluster starts once) the long ones start first and the short ones fill in after.
+#: No module changes a service another one uses: test_rest.py's faults and test_scenarios.py's PostgreSQL
+#: restart each have a server of their own.
+LONGEST_FIRST = ("test_scenarios.py", "test_connect.py", "test_cluster.py", "test_network_faults.py")
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark everything collected under integration/ as ``integration``."""
+    """Mark everything collected under integration/ as ``integration``; the longest modules first."""
     for item in items:
         if _HERE in Path(str(item.fspath)).resolve().parents:
             item.add_marker(pytest.mark.integration)
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(Path(str(item.fspath)).name, len(rank)))  # stable: a module stays whole
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Forget an earlier run's scenario metrics (the controller of a parallel run prints what its workers wrote)."""
+    if not hasattr(session.config, "workerinput"):
+        with contextlib.suppress(FileNotFoundError):
+            _metrics_path().unlink()
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Write the scenario metrics (integration/test_scenarios.py) as JSON, in whichever process ran them."""
+    support = sys.modules.get("integration.scenarios_support")
+    if support is not None and support.REPORT.scenarios:
+        support.REPORT.write(support.metrics_path())
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
-    """Print the scenario metrics (integration/test_scenarios.py) and write them as JSON."""
-    support = sys.modules.get("integration.scenarios_support")
-    if support is None or not support.REPORT.scenarios:
+    """Print the scenario metrics this run wrote (a worker's or this process's)."""
+    path = _metrics_path()
+    if not path.is_file():
         return
-    path = support.metrics_path()
-    support.REPORT.write(path)
+    from integration.scenarios_support import ScenarioReport
+
+    report = ScenarioReport.read(path)
     terminalreporter.section("fencedlake scenario metrics")
-    for line in support.REPORT.lines():
+    for line in report.lines():
         terminalreporter.write_line(line)
     terminalreporter.write_line(f"(written to {path})")
+
+
+def _metrics_path() -> Path:
+    """integration.scenarios_support.metrics_path, without importing the scenarios' support in every run."""
+    return Path(os.environ.get("FENCEDLAKE_IT_STATE") or _HERE.parent / ".integration") / "scenario-metrics.json"
 
 
 @dataclass(frozen=True)

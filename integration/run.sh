@@ -9,7 +9,9 @@
 #   127.0.0.1 (integration/services/*.sh), exports their connection settings, runs pytest,
 #   and stops every service on any exit (success, failure or Ctrl-C). Ports: FENCEDLAKE_IT_
 #   PG_PORT (24329), S3_PORT (24330), REST_PORT (24331), AZURE_PORT (24332), GCS_PORT (24333),
-#   ICEBERG_REST_PORT (24338); integration/test_connect.py and test_cluster.py start a Spark
+#   ICEBERG_REST_PORT (24338), RESTART_PG_PORT (24339: test_scenarios.py's restart test starts and stops a
+#   PostgreSQL of its own there), FAULTS_REST_PORT (24362: test_rest.py's own REST test server, whose faults
+#   no other module's commits may take); integration/test_connect.py and test_cluster.py start a Spark
 #   Connect server (CONNECT_PORT, 24334) and a standalone cluster (MASTER_PORT, 24335, workers on
 #   the next two) themselves, and integration/test_network_faults.py starts toxiproxy (API on
 #   TOXIPROXY_PORT, 24340; its proxies listen on TOXIPROXY_LISTEN, 24341-24360; built with Go once).
@@ -66,6 +68,14 @@ local)
             integration/services/azurite.sh stop || true
             integration/services/s3.sh stop || true
             integration/services/postgres.sh stop || true
+            # test_rest.py's REST server and test_scenarios.py's restart test's PostgreSQL (their own; stopped by
+            # their tests, and here after a crash).
+            FENCEDLAKE_IT_REST_PORT="${FENCEDLAKE_IT_FAULTS_REST_PORT:-24362}" \
+                FENCEDLAKE_IT_STATE="${FENCEDLAKE_IT_STATE:-$ROOT/.integration}/rest-faults" \
+                integration/services/rest.sh stop >/dev/null 2>&1 || true
+            FENCEDLAKE_IT_PG_PORT="${FENCEDLAKE_IT_RESTART_PG_PORT:-24339}" \
+                FENCEDLAKE_IT_STATE="${FENCEDLAKE_IT_STATE:-$ROOT/.integration}/restart" \
+                integration/services/postgres.sh stop >/dev/null 2>&1 || true
         fi
         exit "$rc"
     }

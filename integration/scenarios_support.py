@@ -549,12 +549,18 @@ class ScenarioReport:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps({"scenarios": self.scenarios}, indent=2, sort_keys=True) + "\n")
 
+    @classmethod
+    def read(cls, path: Path) -> ScenarioReport:
+        """The report :meth:`write` wrote to ``path``."""
+        return cls(json.loads(path.read_text())["scenarios"])
+
 
 REPORT = ScenarioReport()
 
 
 def metrics_path() -> Path:
-    """Where the scenario metrics JSON goes: ``$FENCEDLAKE_IT_STATE`` (default ``.integration``)."""
+    """Where the scenario metrics JSON goes: ``$FENCEDLAKE_IT_STATE`` (default ``.integration``; the same path as
+    integration/conftest.py's, which prints it)."""
     return Path(os.environ.get("FENCEDLAKE_IT_STATE") or ROOT / ".integration") / "scenario-metrics.json"
 
 

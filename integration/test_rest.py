@@ -17,18 +17,22 @@ on it as the ``iceberg-rest-s3`` target (integration/targets.py).
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import threading
 import urllib.request
 import uuid
 from collections import Counter
 from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pytest
 
 from integration.conftest import Services, iceberg_rest_properties
-from integration.scenarios_support import attempt_write, ids_of, rows, table_ids, violations
+from integration.scenarios_support import ROOT, attempt_write, ids_of, rows, table_ids, violations
 from integration.targets import target_options
 
 pytestmark = pytest.mark.integration
@@ -43,15 +47,37 @@ def _faults(services: Services, body: dict[str, Any] | None = None) -> dict[str,
         return out
 
 
-@pytest.fixture
-def rest(services: Services) -> Iterator[Services]:
-    """The local REST test server, faults reset before and after (the docker target's Lakekeeper has none)."""
+#: This module's own REST test server (integration/services/rest.sh with this port and a state directory of its
+#: own): its faults hit "the next commits", which no other module's writes may take when modules run side by
+#: side (scripts/test.sh); integration/run.sh stops it after a crash.
+FAULTS_REST_PORT = int(os.environ.get("FENCEDLAKE_IT_FAULTS_REST_PORT", "24362"))
+
+
+def _faults_server_env() -> dict[str, str]:
+    state = Path(os.environ.get("FENCEDLAKE_IT_STATE") or ROOT / ".integration") / "rest-faults"
+    return {**os.environ, "FENCEDLAKE_IT_REST_PORT": str(FAULTS_REST_PORT), "FENCEDLAKE_IT_STATE": str(state)}
+
+
+@pytest.fixture(scope="module")
+def faults_server(services: Services) -> Iterator[Services]:
+    """``services`` with the REST URI of a REST test server started for this module (stopped after it)."""
     services.require("rest_uri")
     if services.target != "local":
         pytest.skip("fault injection needs the local REST test server (integration/services/restcatalog.py)")
-    _faults(services, {"reset": True})
-    yield services
-    _faults(services, {"reset": True})
+    script = str(ROOT / "integration" / "services" / "rest.sh")
+    subprocess.run([script, "start"], check=True, capture_output=True, timeout=180, env=_faults_server_env())
+    try:
+        yield replace(services, rest_uri=f"http://127.0.0.1:{FAULTS_REST_PORT}")
+    finally:
+        subprocess.run([script, "stop"], check=False, capture_output=True, timeout=60, env=_faults_server_env())
+
+
+@pytest.fixture
+def rest(faults_server: Services) -> Iterator[Services]:
+    """This module's REST test server, faults reset before and after (the docker target's Lakekeeper has none)."""
+    _faults(faults_server, {"reset": True})
+    yield faults_server
+    _faults(faults_server, {"reset": True})
 
 
 def test_naive_pyiceberg_appends_through_rest_surface_409s_and_lose_writes(

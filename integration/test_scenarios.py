@@ -39,7 +39,7 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -563,11 +563,40 @@ def test_unknown_catalog_commit_outcome_is_resolved_by_lookup_never_retried_blin
     REPORT.record(f"5-catalog-unknown-{mode}", [first, after], seconds=time.monotonic() - t0)
 
 
-def test_postgres_restart_mid_run_loses_and_duplicates_nothing(services: Services, tmp_path: Path) -> None:
-    """PostgreSQL stopped and started while 2 apps x 2 writers commit: a write fails only before anything is
-    durable or as "outcome unknown"; retried batches (same writer.id and batch id) land exactly once."""
+#: The restart test's own PostgreSQL server (postgres.sh with this port and a state directory of its own): stopping
+#: it touches no other module's catalog, so the suite's modules may run side by side (scripts/test.sh).
+RESTART_PG_PORT = int(os.environ.get("FENCEDLAKE_IT_RESTART_PG_PORT", "24339"))
+
+
+@pytest.fixture
+def restart_pg(services: Services) -> Iterator[tuple[str, Services]]:
+    """``(postgres.sh path, services)`` of a PostgreSQL server started for one test, stopped after it; run the
+    script with ``restart_pg_env()`` to reach that server."""
     if services.target != "local":
         pytest.skip("restarting PostgreSQL needs the local target's integration/services/postgres.sh")
+    from sqlalchemy.engine import make_url
+
+    script = str(ROOT / "integration" / "services" / "postgres.sh")
+    subprocess.run([script, "start"], check=True, capture_output=True, timeout=300, env=restart_pg_env())
+    uri = make_url(services.pg_uri).set(port=RESTART_PG_PORT).render_as_string(hide_password=False)
+    try:
+        yield script, replace(services, pg_uri=uri)
+    finally:
+        subprocess.run([script, "stop"], check=False, capture_output=True, timeout=120, env=restart_pg_env())
+
+
+def restart_pg_env() -> dict[str, str]:
+    """postgres.sh's environment for the restart test's own server (integration/run.sh stops it too)."""
+    state = Path(os.environ.get("FENCEDLAKE_IT_STATE") or ROOT / ".integration") / "restart"
+    return {**os.environ, "FENCEDLAKE_IT_PG_PORT": str(RESTART_PG_PORT), "FENCEDLAKE_IT_STATE": str(state)}
+
+
+def test_postgres_restart_mid_run_loses_and_duplicates_nothing(
+    restart_pg: tuple[str, Services], tmp_path: Path
+) -> None:
+    """PostgreSQL stopped and started while 2 apps x 2 writers commit: a write fails only before anything is
+    durable or as "outcome unknown"; retried batches (same writer.id and batch id) land exactly once."""
+    script, services = restart_pg
     apps, threads, writes, count = 2, 2, 10, 20
     t0 = time.monotonic()
     options = target_options(services, "pg-s3")
@@ -592,7 +621,6 @@ def test_postgres_restart_mid_run_loses_and_duplicates_nothing(services: Service
         )
         for a in range(apps)
     ]
-    script = ROOT / "integration" / "services" / "postgres.sh"
     records = []
     try:
         for lane in lanes:
@@ -601,10 +629,10 @@ def test_postgres_restart_mid_run_loses_and_duplicates_nothing(services: Service
         wait_for("4 writes before the restart", lambda: sum(len(lane.records) for lane in lanes) >= 4, 120)
         down = time.monotonic()
         try:
-            subprocess.run([str(script), "stop"], check=True, capture_output=True, timeout=120)
+            subprocess.run([script, "stop"], check=True, capture_output=True, timeout=120, env=restart_pg_env())
             time.sleep(1.0)
         finally:
-            subprocess.run([str(script), "start"], check=True, capture_output=True, timeout=180)
+            subprocess.run([script, "start"], check=True, capture_output=True, timeout=180, env=restart_pg_env())
             _dispose_cached_catalogs()
         outage_s = time.monotonic() - down
         for lane in lanes:

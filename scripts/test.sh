@@ -17,7 +17,11 @@
 #                                                   imports, console script, batch + thread +
 #                                                   streaming writes through real Spark, read back)
 #   integration  integration/run.sh                (starts PostgreSQL + S3 on 127.0.0.1,
-#                                                   pytest integration, stops them)
+#                                                   pytest integration -n 2 --dist loadscope, stops
+#                                                   them: two workers, each module whole in one, the
+#                                                   longest first (integration/conftest.py); no module
+#                                                   changes a service another uses;
+#                                                   FENCEDLAKE_TEST_WORKERS=1 runs it in one process)
 #   interop      integration/interop/run.sh        (Apache Iceberg's Java implementation beside us: pinned
 #                                                   jars from Maven Central, a venv with the pyspark they
 #                                                   match, the same services; CI-sized,
@@ -126,14 +130,18 @@ for stage in "${stages[@]}"; do
         workers="${FENCEDLAKE_TEST_WORKERS:-2}"
         parallel=()
         [ "$workers" -gt 1 ] && parallel=(-n "$workers" --dist loadfile)
-        run_stage unit "$OUT/unit.xml" "$PY" -m pytest tests "${parallel[@]}" --junitxml="$OUT/unit.xml"
+        run_stage unit "$OUT/unit.xml" "$PY" -m pytest tests "${parallel[@]}" --durations=15 --junitxml="$OUT/unit.xml"
         ;;
     wheel)
         run_stage wheel - scripts/wheel_check.sh
         ;;
     integration)
         prepared  # both fetch Iceberg's jars (integration/jvm/fetch.sh): never at the same time
-        run_stage integration "$OUT/integration.xml" integration/run.sh integration --junitxml="$OUT/integration.xml"
+        workers="${FENCEDLAKE_TEST_WORKERS:-2}"
+        parallel=()
+        [ "$workers" -gt 1 ] && parallel=(-n "$workers" --dist loadscope)
+        run_stage integration "$OUT/integration.xml" integration/run.sh integration "${parallel[@]}" \
+            --durations=15 --junitxml="$OUT/integration.xml"
         ;;
     interop)
         prepared

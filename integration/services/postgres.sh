@@ -83,11 +83,18 @@ install_postgres() {
 # Where the cluster lives. Normally $STATE/pg inside the checkout; if the `postgres`
 # user cannot reach that directory (a checkout under a private home), or the socket
 # path would exceed the 107-byte unix socket limit, a per-checkout directory in /tmp.
+# (A second cluster with its own FENCEDLAKE_IT_STATE, as test_scenarios.py's restart test starts, gets its own.)
+fallback_dir() {
+    local key="$ROOT"
+    [ "$STATE" = "$ROOT/.integration" ] || key="$STATE"
+    echo "/tmp/fencedlake-it-pg-$(printf '%s' "$key" | sha256sum | cut -c1-12)"
+}
+
 pg_state_dir() {
     local dir="$STATE/pg"
     local sock="$dir/run/.s.PGSQL.$PORT"
     if [ "${#sock}" -gt 100 ]; then
-        dir="/tmp/fencedlake-it-pg-$(printf '%s' "$ROOT" | sha256sum | cut -c1-12)"
+        dir="$(fallback_dir)"
     fi
     echo "$dir"
 }
@@ -105,7 +112,7 @@ prepare_dirs() {
         chmod 700 "$DATA"
         if ! as_pg test -w "$DATA"; then
             local fallback
-            fallback="/tmp/fencedlake-it-pg-$(printf '%s' "$ROOT" | sha256sum | cut -c1-12)"
+            fallback="$(fallback_dir)"
             die "user 'postgres' cannot reach $DATA (a parent directory is not traversable). Set FENCEDLAKE_IT_STATE to a reachable directory, e.g. FENCEDLAKE_IT_STATE=$fallback"
         fi
     fi

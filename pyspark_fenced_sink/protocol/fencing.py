@@ -6,8 +6,11 @@ open (:func:`open_writer`), streaming runs when they register at their first
 commit (:func:`stream_epoch`, with the run registry), the CLI to fence. Entries
 of an older epoch above a newer epoch's barrier are FENCED by reconciliation.
 An idempotent job (``writer.id`` + ``writer.batch-id``) puts no barrier: its
-open lists the WAL once and its entry carries the tail it saw, which orders it
-among the writer's incarnations (``reconcile.fenced_by``, PROTOCOL.md §7).
+entry carries a tail that orders it among the writer's incarnations
+(``reconcile.fenced_by``, PROTOCOL.md §7) -- the committed upper when the
+writer has never put a barrier (one GET of its barrier mark, no LIST), else the
+WAL tail one LIST finds. Every barrier of a writer with no committed epoch marks
+the writer first (:func:`_mark_barriers`).
 :func:`put_barrier` never trusts a position a truncation may have reused or
 a commit may void, and seals the holes below a barrier before it is used.
 """
@@ -189,9 +192,10 @@ def open_writer(
     The barrier fences every older incarnation of ``writer_id``: their entries
     put after it are never applied. ``view`` is the table as the caller has just
     read it (saves a catalog read). An ``idempotent`` job (one with a batch id)
-    puts no barrier: one LIST finds the WAL tail, which its entry carries; a
-    job that opened later (a higher tail) or a barrier at or above it fences it
-    (PROTOCOL.md §7).
+    puts no barrier: its entry carries a tail, and a job that opened later (a
+    higher tail) or a barrier at or above it fences it (PROTOCOL.md §7). The tail
+    is ``view``'s upper if the writer has never put a barrier (no committed epoch,
+    no barrier mark: one GET), else the WAL tail one LIST finds.
     """
     run = run or uuid.uuid4().hex
     view = view or ctx.load()
@@ -199,16 +203,42 @@ def open_writer(
         return WriterIdentity(f"anon-{run[:16]}", True, None, view.state.upper, run)
     validate_writer_id(writer_id)
     if idempotent:
-        # Listed after ``view`` was read: the tail is then never below one an open that returned earlier saw
-        # (gc keeps the object at ``upper - 1``), so a later open's tail is at least as high.
-        listed = ctx.wal.scan(view.state.upper)
+        tail = _open_tail(ctx, view, writer_id)
         failpoints.hit("driver.after-open")
-        tail = listed[-1] + 1 if listed else view.state.upper
         return WriterIdentity(writer_id, False, None, view.state.upper, run, None, tail)
+    _mark_barriers(ctx, view.state, writer_id)
     barrier = WalEntry(kind=EntryKind.FENCE, token=new_token(), writer=writer_id, run=run)
     epoch = put_barrier(ctx, barrier, view.state.upper)
     failpoints.hit("driver.after-open")
     return WriterIdentity(writer_id, False, epoch, view.state.upper, run, barrier.token)
+
+
+def _open_tail(ctx: CommitContext, view: TableView, writer_id: str) -> int:
+    """The tail an idempotent job of ``writer_id`` opens at (PROTOCOL.md §7), ``view`` just read.
+
+    The tail must be above every barrier of the writer whose open returned before this one began (else
+    that older barrier would fence this job). A pending barrier can lie above the committed upper only
+    if the writer has a committed epoch or its barrier mark: every barrier of a writer with neither is
+    put after the mark (:func:`_mark_barriers`). With neither, the upper is the tail: no LIST. Both
+    tails are monotone in time: uppers only grow, and a LIST made after ``view`` was read never ends
+    below its upper (``gc`` keeps the object at ``upper - 1``).
+    """
+    current = view.state.writers.get(writer_id)
+    if (current is None or current.epoch is None) and not ctx.wal.barriers_marked(writer_id):
+        return view.state.upper
+    listed = ctx.wal.scan(view.state.upper)
+    return listed[-1] + 1 if listed else view.state.upper
+
+
+def _mark_barriers(ctx: CommitContext, state: CommittedState, writer_id: str) -> None:
+    """Mark ``writer_id`` as a writer that puts barriers before it puts one, unless ``state`` shows its epoch.
+
+    A committed epoch says so for good (a writer's state is never dropped), and only the writer's first
+    barriers, until one is reconciled, pay the mark's put.
+    """
+    current = state.writers.get(writer_id)
+    if current is None or current.epoch is None:
+        ctx.wal.mark_barriers(writer_id)
 
 
 def stream_epoch(ctx: CommitContext, state: CommittedState, writer_id: str, run: str, query: str | None) -> int:
@@ -225,6 +255,7 @@ def stream_epoch(ctx: CommitContext, state: CommittedState, writer_id: str, run:
         return current.epoch
     registered = ctx.wal.run_epoch(writer_id, run)
     if registered is None:
+        _mark_barriers(ctx, state, writer_id)
         barrier = WalEntry(kind=EntryKind.FENCE, token=new_token(), writer=writer_id, run=run, query=query, strict=True)
         epoch = put_barrier(ctx, barrier, state.upper)
         failpoints.hit("stream.after-register")
@@ -250,6 +281,7 @@ def fence_writer(ctx: CommitContext, writer_id: str, *, run: str = "operator-fen
     """
     validate_writer_id(writer_id)
     view = ctx.load()
+    _mark_barriers(ctx, view.state, writer_id)
     epoch = put_barrier(
         ctx, WalEntry(kind=EntryKind.FENCE, token=new_token(), writer=writer_id, run=run), view.state.upper
     )

@@ -7,6 +7,8 @@ identity, not to its location or name (PROTOCOL.md §1.1). Under the root:
 * ``wal/{seq:020d}.json`` — WAL positions (zero-padded, so lexicographic order
   is numeric order and a LIST can start after a position);
 * ``runs/{writer}/{run}.json`` — the streaming run registry;
+* ``runs/{writer}/_barriers.json`` — the writer has put a fence barrier (PROTOCOL.md §7: an idempotent
+  job of a writer without one takes the committed upper for its tail);
 * ``checkpoints/{upper:020d}.json`` — committed states ``gc`` kept before
   truncating the WAL (``fencedlake repair-state`` starts from them);
 * ``keys/<file name>`` — upserts' delete-key files (executors) and merged
@@ -26,6 +28,7 @@ __all__ = [
     "KEYS_PREFIX",
     "RUNS_PREFIX",
     "WAL_PREFIX",
+    "barriers_key",
     "checkpoint_key",
     "checkpoint_upper",
     "control_root",
@@ -89,6 +92,11 @@ def keys_key(file_name: str) -> str:
     if "/" in file_name or not file_name.endswith(".parquet"):
         raise ValueError(f"expected a Parquet file name, got {file_name!r}")
     return f"{KEYS_PREFIX}{file_name}"
+
+
+def barriers_key(writer_id: str) -> str:
+    """The key that says ``writer_id`` has put a fence barrier (``_`` never starts a run's name)."""
+    return f"{RUNS_PREFIX}{writer_id}/_barriers.json"
 
 
 def run_key(writer_id: str, run: str) -> str:

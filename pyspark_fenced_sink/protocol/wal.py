@@ -29,6 +29,7 @@ from pyspark_fenced_sink.protocol.kept import KEPT, KeptEntries
 from pyspark_fenced_sink.protocol.layout import (
     CHECKPOINT_PREFIX,
     WAL_PREFIX,
+    barriers_key,
     checkpoint_key,
     checkpoint_upper,
     run_key,
@@ -360,6 +361,24 @@ class Wal:
             return epoch
         recorded = self.run_epoch(writer_id, run)
         return epoch if recorded is None else recorded
+
+    def mark_barriers(self, writer_id: str) -> None:
+        """Record for good that ``writer_id`` puts fence barriers; before its first one (PROTOCOL.md §7).
+
+        Put-if-absent, and any object there will do: the key only says that a barrier of the writer may
+        be pending. An idempotent job's open that finds it lists the WAL for its tail.
+
+        Raises:
+            StoreError: the put was not confirmed (nothing is put after it: the barrier is not put either).
+        """
+        body = {"writer": writer_id, "marked_ms": int(time.time() * 1000)}
+        fill_key(
+            self.store, barriers_key(writer_id), dumps(body).encode(), attempts=self.put_attempts, sleep=self.sleep
+        )
+
+    def barriers_marked(self, writer_id: str) -> bool:
+        """True if ``writer_id`` has ever begun to put a fence barrier (:meth:`mark_barriers`): one GET."""
+        return self.store.get(barriers_key(writer_id)) is not None
 
     def run_epoch(self, writer_id: str, run: str) -> int | None:
         """The epoch streaming run ``run`` registered with, or None if it never registered."""

@@ -159,8 +159,13 @@ class Env:
     created_at: dict[tuple[str, int], tuple[float, str]] = field(default_factory=dict)
     #: Spawn the zombie race (an old incarnation stalling between its claim's LIST and PUT, a newer one opening).
     zombie: bool = False
+    #: In a zombie race, also a lower barrier (``lower_barrier_job``) that crawls between its put and its seal.
+    lower_barrier: bool = False
     #: Processes that slow to a crawl after their next LIST, until their next put.
     stall_after_list: set[str] = field(default_factory=set)
+    #: Processes that slow to a crawl after their next WAL put, until their next LIST (``crawling`` meanwhile).
+    stall_after_put: set[str] = field(default_factory=set)
+    crawling: set[str] = field(default_factory=set)
     _ambiguous_streak: Counter[str] = field(default_factory=Counter)
     #: Draws for the write modes (mode, filter, branch, properties, file partitions): a stream of its own, so
     #: a schedule without them (``features`` False) interleaves exactly as before they existed.
@@ -204,8 +209,19 @@ class Env:
     def _before_op(self, kind: str, key: str) -> None:
         proc = self.sched.current()
         if proc is not None and kind == "list" and proc.name in self.stall_after_list:
-            proc.weight = 0.02  # listed: now it crawls until its put
             self.extra["stalled after list"] = proc.name
+            if not self.lower_barrier:
+                proc.weight = 0.02  # listed: now it crawls until its put
+            else:  # from its next request (its LIST's time, and so its claim window, stays short)
+                self.extra["crawls next"] = proc.name
+        elif proc is not None and self.extra.get("crawls next") == proc.name:
+            # Slower than the zombie race's default, beside a lower barrier that crawls slower still: the zombie's
+            # put then mostly comes between the newer barrier's open and the lower one's seal.
+            proc.weight = 0.002
+            self.extra["crawls next"] = None
+        if proc is not None and kind == "list" and proc.name in self.crawling:
+            self.crawling.discard(proc.name)
+            proc.weight = 1.0  # it lists (a barrier's seal, a commit): it goes on at full speed
         self.sched.checkpoint()
 
     def _put_fault(self, key: str) -> str | None:
@@ -215,6 +231,13 @@ class Env:
         if proc.name in self.stall_after_list and proc.weight < 0.1:
             self.stall_after_list.discard(proc.name)
             proc.weight = 1.0
+        if proc.name.startswith("jumper") and seq_of(key) is not None:
+            self.extra["jumper puts"] = self.extra.get("jumper puts", 0) + 1
+        if proc.name in self.stall_after_put and seq_of(key) is not None:
+            self.stall_after_put.discard(proc.name)
+            self.crawling.add(proc.name)
+            proc.weight = 0.0005  # put (a barrier, an entry): now it crawls until its next LIST
+            self.extra[f"put by {proc.name}"] = True
         # At most 2 faults per process and key: a create_resolved call (5 attempts) can always finish.
         streak = f"{proc.name}:{key}"
         if self.rng.random() >= self.faults.ambiguous_put or self._ambiguous_streak[streak] >= 2:
@@ -354,6 +377,10 @@ def _open(
         return None
     if writer is not None:
         env.jobs[(writer, run)] = (env.jobs[(writer, run)][0], env.sched.clock, ident.tail, write.table_uuid)
+        if env.lower_barrier and write.proc == "newer":  # the zombie race's newer open returned: the zombie puts now
+            for proc in env.sched.procs:
+                if proc.name == "zombie" and proc.weight < 0.1:
+                    proc.weight = 50.0
         if ident.epoch is not None:
             write.barrier = (ident.epoch, str(ident.barrier_token))
             env.barriers[(writer, run)] = (ident.epoch, str(ident.barrier_token)[:TOKEN_CHARS])
@@ -480,13 +507,17 @@ def publish_process(env: Env, name: str, delay: float) -> None:
         _run_write(env, write, publish_entry("audit"), ctx)
 
 
-def batch_job(env: Env, name: str, writer: str, batch: int, retries: int = 1) -> None:
+def batch_job(
+    env: Env, name: str, writer: str, batch: int, retries: int = 1, *, idempotent: bool | None = None
+) -> None:
     """A ``writer.id`` job; a fenced attempt is retried with the same batch id by a new incarnation.
 
-    Half the jobs open as the sink opens a job with a batch id (no barrier, ordered by the tail it listed);
-    the others put a barrier, as a ``writer.id`` job without one does (the model's batch ids judge both).
+    Half the jobs (unless ``idempotent`` says) open as the sink opens a job with a batch id (no barrier,
+    ordered by the tail it took); the others put a barrier, as a ``writer.id`` job without one does (the
+    model's batch ids judge both).
     """
-    idempotent = env.kinds.random() < 0.5
+    if idempotent is None:
+        idempotent = env.kinds.random() < 0.5
     for attempt in range(retries + 1):
         write = Write(f"{name}", f"{writer}:b{batch}:{name}:{attempt}")
         opened = _open(env, write, writer, idempotent=idempotent)
@@ -524,11 +555,46 @@ def newer_job(env: Env, name: str, delay: float) -> None:
     moves the model's one clock, so a delay alone would often open the newer incarnation before the zombie.
     """
     env.sched.sleep(delay)
-    for _ in range(400):
-        if env.extra.get("stalled after list") == "zombie":
+    _await(env, "stalled after list", "zombie")
+    if env.lower_barrier:
+        _await(env, "put by lower", True)
+    batch_job(env, name, "late", 1, retries=0)
+
+
+def lower_barrier_job(env: Env, name: str, steps: int) -> None:
+    """A barrier of writer ``low`` put while the zombie stalls, whose open crawls between its put and its seal.
+
+    ``steps`` scheduler steps after the zombie listed (the jumpers take positions meanwhile), it opens;
+    the newer incarnation's barrier lands above it, and the holes below this one are this seal's to fill,
+    but it is slow: the newer barrier must fill them itself before its open returns (PROTOCOL.md §7,
+    ``Wal._seal_after_lower``), or the zombie's late put lands in one and is applied.
+    """
+    _await(env, "stalled after list", "zombie")
+    for _ in range(400):  # the jumpers' puts first: then the position the zombie is about to take may lie below
+        if env.extra.get("jumper puts", 0) >= 4:
             break
         env.sched.checkpoint()
-    batch_job(env, name, "late", 1, retries=0)
+    for _ in range(steps):
+        env.sched.checkpoint()
+    env.stall_after_put.add(name)
+    batch_job(env, name, "low", 0, retries=0, idempotent=False)
+
+
+def _jump(env: Env, name: str) -> None:
+    """A zombie race's anonymous append; with a lower barrier, put once the zombie listed (so some land above the
+    position it is about to take, and the lower barrier's claim above them leaves that position below it)."""
+    if env.lower_barrier:  # and crawl after the put: no commit of theirs voids the zombie's position meanwhile
+        _await(env, "stalled after list", "zombie")
+        env.stall_after_put.add(name)
+    anon_write(env, name, Target())
+
+
+def _await(env: Env, what: str, value: object) -> None:
+    """Wait (at most a few hundred scheduler steps, not on the clock) until ``env.extra[what]`` is ``value``."""
+    for _ in range(400):
+        if env.extra.get(what) == value:
+            return
+        env.sched.checkpoint()
 
 
 def stream_run(
@@ -757,7 +823,10 @@ def build_schedule(env: Env) -> None:
         delay = feat.uniform(0.05, 0.3)
         spawn("newer", lambda: newer_job(env, "newer", delay), crashable=False)
         for i in range(4):  # they take positions above the zombie's claim, so newer's barrier lands above it
-            spawn(f"jumper{i}", lambda i=i: anon_write(env, f"jumper{i}", Target()))
+            spawn(f"jumper{i}", lambda i=i: _jump(env, f"jumper{i}"))
+        if env.lower_barrier:
+            steps = env.tasks.randint(0, 10)
+            spawn("lower", lambda: lower_barrier_job(env, "lower", steps), crashable=False)
     if rng.random() < 0.4:
         spawn("gc", lambda: gc_process(env, rng.randint(1, 6)))
     if rng.random() < 0.3:
@@ -850,6 +919,7 @@ def run_schedule(
     spread = random.Random(seed * 1_000_033 + 11)  # its own stream: schedules without a pace stay as they were
     env.pace = spread.choice([None, None, 20.0, 60.0, 150.0])
     env.zombie = env.pace is not None and spread.random() < 0.3
+    env.lower_barrier = env.zombie and random.Random(seed * 1_000_099 + 23).random() < 0.5  # a stream of its own
     env.upsert_draw = random.Random(seed * 1_000_037 + 13)  # its own stream too (``upserts.spawn``)
     env.tasks = random.Random(seed * 1_000_039 + 17)  # how long a writer.id job's tasks run (its own stream)
     env.kinds = random.Random(seed * 1_000_081 + 19)  # which jobs open with a batch id's open (its own stream)

@@ -71,9 +71,10 @@ def _seeds() -> range:
 #: positions per commit by committers whose group limit was 2, while upserts and appends took commits apart.
 #: Only the entries a commit applies count toward the limit, and a plan reads on past the rest (PROTOCOL.md §5).
 #: (Seeds 360 and 6677 first; re-picked when issue 31's commit loop changed the requests a schedule makes, and
-#: again when idempotent jobs stopped putting barriers, and when the claim window's cap rose from 32 to 64: the two
-#: schedules among the first 500 with the longest runs of skips beside applied upserts.)
-SKIP_RUN_SEEDS = (22, 342)
+#: again when idempotent jobs stopped putting barriers, when the claim window's cap rose from 32 to 64, and when
+#: idempotent jobs of writers without barriers stopped listing at open and the zombie race gained a lower barrier:
+#: the two schedules among the first 500 with the longest runs of skips beside applied upserts.)
+SKIP_RUN_SEEDS = (30, 420)
 
 
 @pytest.mark.parametrize("seed", SKIP_RUN_SEEDS)
@@ -339,9 +340,13 @@ _ORIGINAL_OPEN_WRITER = fencing_module.open_writer
 
 
 def _open_at_the_upper(ctx, writer_id, *, run=None, view=None, idempotent=False):  # type: ignore[no-untyped-def]
-    """An idempotent job's open that takes the committed upper for the tail (no LIST)."""
+    """An idempotent job's open that takes the committed upper for the tail, also for a writer that puts barriers."""
     ident = _ORIGINAL_OPEN_WRITER(ctx, writer_id, run=run, view=view, idempotent=idempotent)
     return replace(ident, tail=ident.opened) if ident.tail is not None else ident
+
+
+def _barriers_unmarked(ctx, state, writer_id):  # type: ignore[no-untyped-def]
+    """A writer's first barrier put without its mark: a job opening meanwhile takes the upper below it."""
 
 
 #: Each broken variant, the invariant it must be caught by, and what it patches (``mutation.Mutant``).
@@ -368,6 +373,7 @@ MUTANTS = {
     "an idempotent job's open takes the upper for the tail": Mutant(
         "I4", (harness_module, "open_writer", _open_at_the_upper)
     ),
+    "a writer's first barrier is not marked": Mutant("I4", (fencing_module, "_mark_barriers", _barriers_unmarked)),
     # A peer's entry overwritten in its WAL position.
     "plain PUT instead of put-if-absent": Mutant("I6", (MemoryStore, "put_if_absent", _plain_put)),
     "retried put guesses instead of reading the token": Mutant("I7", (wal_module, "claim_key", _no_token_check)),
@@ -438,10 +444,17 @@ MUTANTS = {
 }
 
 
+#: Mutants whose schedule is rare, with a budget of their own. A file of another engine with NaN rows, no NaN
+#: counts and its range wholly inside a replace-where's, then that replace-where: about one schedule in 1,100
+#: (8 of seeds 3,000-12,000, none below 3,000, after issue 31's open without a LIST): 12,000 catch it with
+#: P > 0.9999 where 3,000 missed it.
+RARE_BUDGETS = {"an absent NaN count read as zero": 12_000}
+
+
 @pytest.mark.parametrize("name", sorted(MUTANTS))
 def test_model_catches_a_broken_protocol(name: str) -> None:
     """Each deliberately broken variant of the protocol breaks the invariant it declares within the budget."""
-    caught = catch_named(__name__, "MUTANTS", name, MUTANT_BUDGET)
+    caught = catch_named(__name__, "MUTANTS", name, RARE_BUDGETS.get(name, MUTANT_BUDGET))
     print(f"\n{name}: {MUTANTS[name].breaks} broken at schedule {caught.seed}: {caught.violations[0][:200]}")
     assert MUTANTS[name].breaks in caught.invariants
 

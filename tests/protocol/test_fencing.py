@@ -77,15 +77,21 @@ def world() -> World:
 
 
 def test_opening_with_writer_id_puts_one_fence_barrier_claiming_the_epoch(world: World) -> None:
-    """open_writer with writer.id: one conditional PUT of a fence barrier; its seq is the new epoch."""
+    """open_writer with writer.id: one conditional PUT of a fence barrier; its seq is the new epoch. The writer's
+    first barrier marks it first (one put more); once an epoch of it is committed, no open marks it again."""
     ident = open_writer(world.ctx(), "orders", run="run-a")
     assert ident == WriterIdentity("orders", False, 0, 0, "run-a", ident.barrier_token)
     assert world.wal() == {0: ("fence", "orders", None)}
     barrier = decode_entry(world.store.inner.objects[wal_key(0)])  # type: ignore[attr-defined]
     assert (barrier.kind, barrier.run, barrier.epoch) == (EntryKind.FENCE, "run-a", None)
     assert ident.barrier_token == barrier.token
-    assert world.store.counts["PUT_IF_ABSENT"] == 1
+    assert world.store.counts["PUT_IF_ABSENT"] == 2
+    assert sorted(k for k in world.store.inner.objects if k.startswith("runs/")) == ["runs/orders/_barriers.json"]  # type: ignore[attr-defined]
     assert world.table.version == 0  # opening commits nothing to the catalog
+    finish_write(world.ctx(), data_entry(ident, _files("a")), world.remove)  # commits the barrier: epoch 0
+    puts = world.store.counts["PUT_IF_ABSENT"]
+    assert open_writer(world.ctx(), "orders", run="run-b").epoch == 2
+    assert world.store.counts["PUT_IF_ABSENT"] == puts + 1
 
 
 def test_each_open_claims_a_newer_epoch(world: World) -> None:
@@ -233,7 +239,7 @@ def test_stream_run_ids_that_are_not_key_safe_are_hashed(world: World) -> None:
     run = "spark/run:1"
     stream_epoch(world.ctx(), CommittedState(), "s", run, "q")
     key = f"runs/s/{uuid.uuid5(uuid.NAMESPACE_URL, run).hex}.json"
-    assert sorted(k for k in world.store.inner.objects if k.startswith("runs/")) == [key]  # type: ignore[attr-defined]
+    assert sorted(k for k in world.store.inner.objects if k.startswith("runs/")) == ["runs/s/_barriers.json", key]  # type: ignore[attr-defined]
     with pytest.raises(FencedWriterError):
         stream_epoch(world.ctx(), CommittedState(writers={"s": WriterState(epoch=3, run="other")}), "s", run, "q")
 
@@ -367,18 +373,41 @@ def test_an_object_moved_aside_while_a_writer_claims_its_position_is_not_taken_f
 # ----------------------------------------------------------------------- idempotent jobs (no barrier, §7)
 
 
-def test_an_idempotent_job_opens_with_one_list_and_no_put(world: World) -> None:
-    """writer.id + writer.batch-id: the open lists the WAL once and carries the tail; nothing is put."""
+def test_an_idempotent_job_opens_with_one_get_no_list_and_no_put(world: World) -> None:
+    """writer.id + writer.batch-id, a writer that never put a barrier: the open reads the writer's barrier mark
+    (absent) and carries the committed upper as its tail, even with an entry pending above it; nothing is put."""
     anon = open_writer(world.ctx(), None)
     finish_write(world.ctx(), data_entry(anon, _files("a")), world.remove)  # seq 0
+    pending = world.ctx().wal.claim(data_entry(open_writer(world.ctx(), None), _files("p")), 1).seq  # not committed
+    ctx = world.ctx()
+    view = ctx.load()
     before = dict(world.store.counts)
-    job = open_writer(world.ctx(), "orders", run="r1", idempotent=True)
-    assert (job.epoch, job.tail, job.barrier_token) == (None, 1, None)
+    job = open_writer(ctx, "orders", run="r1", view=view, idempotent=True)
+    assert (pending, job.epoch, job.tail, job.barrier_token) == (1, None, 1, None)
     assert world.store.counts["PUT_IF_ABSENT"] == before.get("PUT_IF_ABSENT", 0)
-    assert world.store.counts["LIST"] == before.get("LIST", 0) + 1
+    assert world.store.counts["LIST"] == before.get("LIST", 0)
+    assert world.store.counts["GET"] == before.get("GET", 0) + 1
     result = finish_write(world.ctx(), data_entry(job, _files("job"), batch=7), world.remove)
-    assert (result.seq, result.outcome, result.catalog_commits) == (1, Outcome.APPLIED, 1)
+    assert (result.seq, result.outcome) == (2, Outcome.APPLIED)
     assert world.table.state.writers == {"orders": WriterState(None, "r1", batches=BatchIds().add(7), tail=1)}
+
+
+def test_an_idempotent_job_of_a_writer_that_put_a_barrier_lists_the_tail_above_its_pending_barrier(
+    world: World,
+) -> None:
+    """A barrier of the writer put before the job opened, not reconciled yet: the job's tail lies above it (one
+    LIST), so the older barrier never fences the job, and the job's entry fences the barrier's."""
+    barrier = open_writer(world.ctx(), "orders", run="plain")  # epoch 0, pending: the committed upper stays 0
+    ctx = world.ctx()
+    view = ctx.load()
+    before = dict(world.store.counts)
+    job = open_writer(ctx, "orders", run="job", view=view, idempotent=True)
+    assert (barrier.epoch, job.tail, world.table.state.upper) == (0, 1, 0)
+    assert world.store.counts["LIST"] == before.get("LIST", 0) + 1
+    assert finish_write(world.ctx(), data_entry(job, _files("job"), batch=1), world.remove).outcome is (Outcome.APPLIED)
+    with pytest.raises(FencedWriterError, match=r"epoch 0 was fenced by a job of the writer opened later"):
+        finish_write(world.ctx(), data_entry(barrier, _files("plain")), world.remove)
+    assert world.live_paths() == ["data/job-0.parquet"]
 
 
 def test_a_job_that_opened_later_fences_an_older_idempotent_job(world: World) -> None:
