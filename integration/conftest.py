@@ -13,8 +13,10 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import subprocess
 import sys
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -63,23 +65,51 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     items.sort(key=lambda item: rank.get(Path(str(item.fspath)).name, len(rank)))  # stable: a module stays whole
 
 
+def state_dir() -> Path:
+    """Where the services keep their state: ``$FENCEDLAKE_IT_STATE`` (default ``.integration``)."""
+    return Path(os.environ.get("FENCEDLAKE_IT_STATE") or _HERE.parent / ".integration")
+
+
+def metrics_path() -> Path:
+    """Where the scenario metrics (integration/test_scenarios.py) are written as JSON."""
+    return state_dir() / "scenario-metrics.json"
+
+
+def own_server_env(port_variable: str, port: int, name: str) -> dict[str, str]:
+    """The environment of an integration/services/ script for a server of one module's own: ``port`` in
+    ``port_variable`` and a state directory ``name`` of its own (integration/run.sh stops it after a crash)."""
+    return {**os.environ, port_variable: str(port), "FENCEDLAKE_IT_STATE": str(state_dir() / name)}
+
+
+@contextlib.contextmanager
+def own_server(script: str, env: dict[str, str]) -> Iterator[str]:
+    """Start integration/services/``script`` with ``env`` (:func:`own_server_env`), stop it on exit; yields the
+    script's path (to run it again with ``env``)."""
+    path = str(_HERE / "services" / script)
+    subprocess.run([path, "start"], check=True, capture_output=True, timeout=300, env=env)
+    try:
+        yield path
+    finally:
+        subprocess.run([path, "stop"], check=False, capture_output=True, timeout=120, env=env)
+
+
 def pytest_sessionstart(session: pytest.Session) -> None:
     """Forget an earlier run's scenario metrics (the controller of a parallel run prints what its workers wrote)."""
     if not hasattr(session.config, "workerinput"):
         with contextlib.suppress(FileNotFoundError):
-            _metrics_path().unlink()
+            metrics_path().unlink()
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
     """Write the scenario metrics (integration/test_scenarios.py) as JSON, in whichever process ran them."""
     support = sys.modules.get("integration.scenarios_support")
     if support is not None and support.REPORT.scenarios:
-        support.REPORT.write(support.metrics_path())
+        support.REPORT.write(metrics_path())
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
     """Print the scenario metrics this run wrote (a worker's or this process's)."""
-    path = _metrics_path()
+    path = metrics_path()
     if not path.is_file():
         return
     from integration.scenarios_support import ScenarioReport
@@ -89,11 +119,6 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
     for line in report.lines():
         terminalreporter.write_line(line)
     terminalreporter.write_line(f"(written to {path})")
-
-
-def _metrics_path() -> Path:
-    """integration.scenarios_support.metrics_path, without importing the scenarios' support in every run."""
-    return Path(os.environ.get("FENCEDLAKE_IT_STATE") or _HERE.parent / ".integration") / "scenario-metrics.json"
 
 
 @dataclass(frozen=True)

@@ -558,11 +558,5 @@ class ScenarioReport:
 REPORT = ScenarioReport()
 
 
-def metrics_path() -> Path:
-    """Where the scenario metrics JSON goes: ``$FENCEDLAKE_IT_STATE`` (default ``.integration``; the same path as
-    integration/conftest.py's, which prints it)."""
-    return Path(os.environ.get("FENCEDLAKE_IT_STATE") or ROOT / ".integration") / "scenario-metrics.json"
-
-
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))

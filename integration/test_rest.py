@@ -18,21 +18,19 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import threading
 import urllib.request
 import uuid
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pytest
 
-from integration.conftest import Services, iceberg_rest_properties
-from integration.scenarios_support import ROOT, attempt_write, ids_of, rows, table_ids, violations
+from integration.conftest import Services, iceberg_rest_properties, own_server, own_server_env
+from integration.scenarios_support import attempt_write, ids_of, rows, table_ids, violations
 from integration.targets import target_options
 
 pytestmark = pytest.mark.integration
@@ -47,15 +45,9 @@ def _faults(services: Services, body: dict[str, Any] | None = None) -> dict[str,
         return out
 
 
-#: This module's own REST test server (integration/services/rest.sh with this port and a state directory of its
-#: own): its faults hit "the next commits", which no other module's writes may take when modules run side by
-#: side (scripts/test.sh); integration/run.sh stops it after a crash.
+#: This module's own REST test server (integration/services/rest.sh on this port): its faults hit "the next
+#: commits", which no other module's writes may take when modules run side by side (scripts/test.sh).
 FAULTS_REST_PORT = int(os.environ.get("FENCEDLAKE_IT_FAULTS_REST_PORT", "24362"))
-
-
-def _faults_server_env() -> dict[str, str]:
-    state = Path(os.environ.get("FENCEDLAKE_IT_STATE") or ROOT / ".integration") / "rest-faults"
-    return {**os.environ, "FENCEDLAKE_IT_REST_PORT": str(FAULTS_REST_PORT), "FENCEDLAKE_IT_STATE": str(state)}
 
 
 @pytest.fixture(scope="module")
@@ -64,12 +56,8 @@ def faults_server(services: Services) -> Iterator[Services]:
     services.require("rest_uri")
     if services.target != "local":
         pytest.skip("fault injection needs the local REST test server (integration/services/restcatalog.py)")
-    script = str(ROOT / "integration" / "services" / "rest.sh")
-    subprocess.run([script, "start"], check=True, capture_output=True, timeout=180, env=_faults_server_env())
-    try:
+    with own_server("rest.sh", own_server_env("FENCEDLAKE_IT_REST_PORT", FAULTS_REST_PORT, "rest-faults")):
         yield replace(services, rest_uri=f"http://127.0.0.1:{FAULTS_REST_PORT}")
-    finally:
-        subprocess.run([script, "stop"], check=False, capture_output=True, timeout=60, env=_faults_server_env())
 
 
 @pytest.fixture

@@ -45,7 +45,7 @@ from typing import Any
 
 import pytest
 
-from integration.conftest import Services
+from integration.conftest import Services, own_server, own_server_env
 from integration.faults.inprocess import (
     DROP_AFTER,
     ERROR_AFTER,
@@ -60,7 +60,6 @@ from integration.faults.inprocess import (
 )
 from integration.scenarios_support import (
     REPORT,
-    ROOT,
     Lane,
     attempt_write,
     context,
@@ -563,32 +562,23 @@ def test_unknown_catalog_commit_outcome_is_resolved_by_lookup_never_retried_blin
     REPORT.record(f"5-catalog-unknown-{mode}", [first, after], seconds=time.monotonic() - t0)
 
 
-#: The restart test's own PostgreSQL server (postgres.sh with this port and a state directory of its own): stopping
-#: it touches no other module's catalog, so the suite's modules may run side by side (scripts/test.sh).
+#: The restart test's own PostgreSQL server (postgres.sh on this port): stopping it touches no other module's
+#: catalog, so the suite's modules may run side by side (scripts/test.sh).
 RESTART_PG_PORT = int(os.environ.get("FENCEDLAKE_IT_RESTART_PG_PORT", "24339"))
+RESTART_PG_ENV = own_server_env("FENCEDLAKE_IT_PG_PORT", RESTART_PG_PORT, "restart")
 
 
 @pytest.fixture
 def restart_pg(services: Services) -> Iterator[tuple[str, Services]]:
     """``(postgres.sh path, services)`` of a PostgreSQL server started for one test, stopped after it; run the
-    script with ``restart_pg_env()`` to reach that server."""
+    script with ``RESTART_PG_ENV`` to reach that server."""
     if services.target != "local":
         pytest.skip("restarting PostgreSQL needs the local target's integration/services/postgres.sh")
     from sqlalchemy.engine import make_url
 
-    script = str(ROOT / "integration" / "services" / "postgres.sh")
-    subprocess.run([script, "start"], check=True, capture_output=True, timeout=300, env=restart_pg_env())
     uri = make_url(services.pg_uri).set(port=RESTART_PG_PORT).render_as_string(hide_password=False)
-    try:
+    with own_server("postgres.sh", RESTART_PG_ENV) as script:
         yield script, replace(services, pg_uri=uri)
-    finally:
-        subprocess.run([script, "stop"], check=False, capture_output=True, timeout=120, env=restart_pg_env())
-
-
-def restart_pg_env() -> dict[str, str]:
-    """postgres.sh's environment for the restart test's own server (integration/run.sh stops it too)."""
-    state = Path(os.environ.get("FENCEDLAKE_IT_STATE") or ROOT / ".integration") / "restart"
-    return {**os.environ, "FENCEDLAKE_IT_PG_PORT": str(RESTART_PG_PORT), "FENCEDLAKE_IT_STATE": str(state)}
 
 
 def test_postgres_restart_mid_run_loses_and_duplicates_nothing(
@@ -629,10 +619,10 @@ def test_postgres_restart_mid_run_loses_and_duplicates_nothing(
         wait_for("4 writes before the restart", lambda: sum(len(lane.records) for lane in lanes) >= 4, 120)
         down = time.monotonic()
         try:
-            subprocess.run([script, "stop"], check=True, capture_output=True, timeout=120, env=restart_pg_env())
+            subprocess.run([script, "stop"], check=True, capture_output=True, timeout=120, env=RESTART_PG_ENV)
             time.sleep(1.0)
         finally:
-            subprocess.run([script, "start"], check=True, capture_output=True, timeout=180, env=restart_pg_env())
+            subprocess.run([script, "start"], check=True, capture_output=True, timeout=180, env=RESTART_PG_ENV)
             _dispose_cached_catalogs()
         outage_s = time.monotonic() - down
         for lane in lanes:

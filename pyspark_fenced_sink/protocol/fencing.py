@@ -223,8 +223,7 @@ def _open_tail(ctx: CommitContext, view: TableView, writer_id: str) -> int:
     tails are monotone in time: uppers only grow, and a LIST made after ``view`` was read never ends
     below its upper (``gc`` keeps the object at ``upper - 1``).
     """
-    current = view.state.writers.get(writer_id)
-    if (current is None or current.epoch is None) and not ctx.wal.barriers_marked(writer_id):
+    if not _epoch_committed(view.state, writer_id) and not ctx.wal.barriers_marked(writer_id):
         return view.state.upper
     listed = ctx.wal.scan(view.state.upper)
     return listed[-1] + 1 if listed else view.state.upper
@@ -236,9 +235,14 @@ def _mark_barriers(ctx: CommitContext, state: CommittedState, writer_id: str) ->
     A committed epoch says so for good (a writer's state is never dropped), and only the writer's first
     barriers, until one is reconciled, pay the mark's put.
     """
-    current = state.writers.get(writer_id)
-    if current is None or current.epoch is None:
+    if not _epoch_committed(state, writer_id):
         ctx.wal.mark_barriers(writer_id)
+
+
+def _epoch_committed(state: CommittedState, writer_id: str) -> bool:
+    """True if ``state`` shows an epoch of ``writer_id``: a barrier of it was reconciled."""
+    current = state.writers.get(writer_id)
+    return current is not None and current.epoch is not None
 
 
 def stream_epoch(ctx: CommitContext, state: CommittedState, writer_id: str, run: str, query: str | None) -> int:
