@@ -160,15 +160,6 @@ def _round(targets: Sequence[_Target], threads: int, writes: int, record: bool, 
     return time.perf_counter() - t0
 
 
-def _warm_planning(spark: Any, n: int) -> None:
-    """``n`` concurrent no-table probes (``tuning.check_data_source``): Spark starts ``n`` planning workers."""
-    from pyspark_fenced_sink import activate_session
-    from pyspark_fenced_sink.spark.tuning import check_data_source
-
-    with ThreadPoolExecutor(n, initializer=activate_session, initargs=(spark,)) as pool:
-        list(pool.map(lambda _: check_data_source(spark), range(n)))
-
-
 def _stats(samples: Sequence[float]) -> dict[str, float]:
     return {
         "p50": median(samples),
@@ -188,7 +179,7 @@ def run(
     app: int | None = None,
     warehouse: str | None = None,
     trace: bool = False,
-    warm: bool = False,
+    warm: bool = True,
     workdir: str | None = None,
     log: Callable[[str], None] = print,
 ) -> SuiteResult:
@@ -196,8 +187,10 @@ def run(
 
     ``trace``: fencedlake writes go through ``benchmarks.traced_sink`` (the same sink, each Python
     worker step timed) and the result gets the per-write breakdown of ``traced_sink.breakdown``.
-    ``warm``: after the warm-up round, start ``max(threads)`` planning workers at once
-    (:func:`_warm_planning`; an experiment: docs/benchmarks.md 9.2 found it does not help).
+    ``warm``: after the warm-up round, start the Python workers ``max(threads)`` concurrent writes
+    need (``pyspark_fenced_sink.warm_workers``, what ``tune_session(spark, writers=N)`` does);
+    false: the pools grow when the writes first overlap (in the unmeasured overlapping round, or
+    in a measured one if that round did not reach a step ``max(threads)`` at once).
     ``app`` and ``warehouse``: one of several applications run at once against one warehouse
     (their ids disjoint; each checks that the tables hold at least its own rows, the caller
     checks the sum).
@@ -209,7 +202,7 @@ def run(
         "spark-concurrency",
         f"Concurrent Spark appends of {rows:,} rows, fencedlake vs native Parquet (local[2], "
         f"{writes} writes per thread x {rounds} rounds; {GC_FREEZE_ENV}={freeze}"
-        + (", worker pools warmed" if warm else "")
+        + (f", worker pools warmed for {max(threads)} writes" if warm else ", worker pools not warmed")
         + ")",
         columns=["writer", "threads", "writes", "p50 s", "p90 s", "p99 s", "max s", "p50 vs native", "failed"],
     )
@@ -217,18 +210,22 @@ def run(
     with tempfile.TemporaryDirectory(prefix="fencedlake-bench-cc-", dir=workdir) as tmp_name:
         tmp = Path(warehouse) if warehouse else Path(tmp_name)
         trace_dir = tmp / "trace" if trace else None
+        source = "fencedlake"  # the format the fencedlake writes name (Spark keeps worker pools per source)
         if trace_dir is not None:
             from benchmarks.traced_sink import TracedFencedLake
 
             trace_dir.mkdir(parents=True, exist_ok=True)
             spark.dataSource.register(TracedFencedLake)
+            source = TracedFencedLake.name()
         targets = {(m, t): _Target(spark, m, t, tmp, rows, trace_dir, app or 0) for t in threads for m in MODES}
         first = [_Target(spark, m, 0, tmp, rows, trace_dir, app or 0) for m in MODES]
         log(f"  warm-up: one write per writer ({_round(first, 1, 1, False, spark):.1f}s)")
         if warm:
-            started = time.perf_counter()
-            _warm_planning(spark, max(threads))
-            log(f"  {max(threads)} planning workers started: {time.perf_counter() - started:.1f}s")
+            from pyspark_fenced_sink import warm_workers
+
+            warmed = warm_workers(spark, max(threads), source=source)
+            result.data["warm_up"] = warmed
+            log(f"  Python workers warmed for {max(threads)} writes: {warmed['seconds']:.1f}s, met {warmed['met']}")
         many = max(threads)
         if many > 1:  # the first overlapping writes: Spark forks more Python workers; reported apart
             log(f"  first overlapping writes, T={many}: {_round(first, many, 1, True, spark):.1f}s")
@@ -325,7 +322,7 @@ def _goals(result: SuiteResult, stats: dict[tuple[str, int], dict[str, float]], 
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m benchmarks.spark_concurrency [--threads 1,4] [--writes 4] [--rounds 3] [--trace] [--warm]``."""
+    """``python -m benchmarks.spark_concurrency [--threads 1,4] [--writes 4] [--rounds 3] [--trace] [--no-warm]``."""
     import argparse
 
     p = argparse.ArgumentParser(prog="python -m benchmarks.spark_concurrency", description=__doc__.split("\n\n")[0])
@@ -334,7 +331,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=3, help="interleaved rounds [3]")
     p.add_argument("--rows", type=int, default=5_000, help="rows per append [5000]")
     p.add_argument("--trace", action="store_true", help="time each Python worker step (the breakdown table)")
-    p.add_argument("--warm", action="store_true", help="start max(threads) planning workers after the warm-up")
+    p.add_argument("--no-warm", action="store_true", help="do not warm the Python worker pools for max(threads) writes")
     p.add_argument("--app", type=int, help="this application's index when several share --warehouse")
     p.add_argument("--warehouse", help="a directory several applications share (kept after the run)")
     p.add_argument("--json", help="also write the result as JSON to this file")
@@ -350,7 +347,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             rounds=args.rounds,
             rows=args.rows,
             trace=args.trace,
-            warm=args.warm,
+            warm=not args.no_warm,
             app=args.app,
             warehouse=args.warehouse,
         )

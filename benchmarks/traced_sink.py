@@ -29,6 +29,7 @@ from benchmarks.common import SuiteResult, markdown_table, median
 from pyspark_fenced_sink.spark import workers
 from pyspark_fenced_sink.spark.batch import FencedLakeBatchWriter
 from pyspark_fenced_sink.spark.datasource import FencedLakeDataSource
+from pyspark_fenced_sink.spark.warmup import WARM_UP
 
 __all__ = ["PHASES", "TRACE_DIR", "TRACE_ID", "TracedFencedLake", "breakdown", "read_trace"]
 
@@ -126,6 +127,8 @@ class TracedFencedLake(FencedLakeDataSource):
         return "fencedlake_bench_traced"
 
     def writer(self, schema: Any, overwrite: bool) -> Any:
+        if WARM_UP in self.options:  # warm_workers(spark, n, source=name()): this source's own pools
+            return super().writer(schema, overwrite)
         options = {k: v for k, v in self.options.items() if k.lower() not in (TRACE_DIR, TRACE_ID)}
         directory, write_id = self.options[TRACE_DIR], self.options[TRACE_ID]
 

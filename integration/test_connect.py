@@ -33,6 +33,7 @@ from pyspark_fenced_sink import (
     read_table,
     register_view,
     tune_session,
+    warm_workers,
 )
 from pyspark_fenced_sink.iceberg.catalogs import embedded_catalog, open_table
 from pyspark_fenced_sink.options.catalog import catalog_config
@@ -113,12 +114,14 @@ def test_the_quickstart_through_spark_remote_keeps_its_table_where_the_server_st
 
 
 def test_batch_stream_compact_read_table_and_sql_over_connect(server: str, tmp_path: Path) -> None:
-    """A Connect client: tune_session, six small appends, a streaming copy, compact (client-side planning with an
-    absolute warehouse), read_table and a SQL view: exact rows throughout."""
+    """A Connect client: tune_session (its workers warmed for two writes: the rendezvous is on the server's host),
+    six small appends, a streaming copy, compact (client-side planning with an absolute warehouse), read_table and
+    a SQL view: exact rows throughout."""
     wh = str(tmp_path / "wh")
     spark = _session(server)
     try:
         tune_session(spark)
+        assert warm_workers(spark, 2)["met"] is True
         for i in range(6):
             spark.range(i * 100, (i + 1) * 100).write.format("fencedlake").mode("append").option("warehouse", wh).save(
                 "cx.events"

@@ -4,7 +4,7 @@
 with no registration (Spark registers ``DefaultSource`` of ``pyspark_*``
 modules). The public API: :func:`tune_session`, :func:`activate_session`,
 :func:`fencedlake_error` and the error kinds, :func:`compact`, :func:`read_table`,
-:func:`register_view` (README; the protocol is docs/PROTOCOL.md). This module stays light — no
+:func:`register_view`, :func:`warm_workers` (README; the protocol is docs/PROTOCOL.md). This module stays light — no
 pyiceberg, no catalog code — because Spark imports it in every Python worker.
 """
 
@@ -18,6 +18,7 @@ from pyspark_fenced_sink.spark.datasource import FencedLakeDataSource
 from pyspark_fenced_sink.spark.session import activate_session
 from pyspark_fenced_sink.spark.sql import register_view
 from pyspark_fenced_sink.spark.tuning import tune_session
+from pyspark_fenced_sink.spark.warmup import warm_workers
 from pyspark_fenced_sink.version import __version__
 
 DefaultSource = FencedLakeDataSource
@@ -46,5 +47,6 @@ __all__ = [
     "read_table",
     "register_view",
     "tune_session",
+    "warm_workers",
 ]
 __all__ += errors.__all__

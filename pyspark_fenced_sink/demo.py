@@ -25,6 +25,7 @@ from typing import Any
 from pyspark_fenced_sink import activate_session, fencedlake_error
 from pyspark_fenced_sink.options.catalog import WAREHOUSE
 from pyspark_fenced_sink.options.write import PARTITION_BY, WRITER_BATCH_ID, WRITER_ID
+from pyspark_fenced_sink.spark.warmup import MAX_WRITERS
 
 __all__ = ["main"]
 
@@ -65,7 +66,7 @@ def _fresh_warehouse(requested: str | None) -> Path:
     return path
 
 
-def _spark() -> Any:
+def _spark(writers: int) -> Any:
     # Spark's Python workers (executor tasks and the commit worker) must run this interpreter,
     # the one that has pyspark_fenced_sink installed.
     os.environ["PYSPARK_PYTHON"] = sys.executable
@@ -87,7 +88,9 @@ def _spark() -> Any:
     from pyspark_fenced_sink import FencedLakeDataSource, tune_session
 
     spark.dataSource.register(FencedLakeDataSource)
-    tune_session(spark)  # the README's throughput setting (Spark's Arrow batch size check off)
+    # The README's throughput setting (Spark's Arrow batch size check off), and the Python workers
+    # `writers` concurrent writes need, started now rather than by the first writes that overlap.
+    tune_session(spark, writers=min(writers, MAX_WRITERS))
     return spark
 
 
@@ -266,8 +269,11 @@ def main(argv: list[str] | None = None) -> int:
     warehouse = _fresh_warehouse(args.warehouse)
     writers = [f"writer-{i}" for i in range(args.writers)]
     progress.say(f"warehouse: {warehouse} (embedded SQLite catalog + local files, no servers)")
-    progress.say("starting a local[2] SparkSession (a cold start takes a few seconds)")
-    spark = _spark()
+    progress.say(
+        f"starting a local[2] SparkSession and the Python workers {len(writers)} concurrent writes need "
+        "(a cold start takes a few seconds)"
+    )
+    spark = _spark(len(writers))
     try:
         progress.say(
             f"{len(writers)} writers x {args.batches} batches x {args.rows} rows -> {TABLE}, "

@@ -6,6 +6,7 @@ from typing import Any
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader
 
+from pyspark_fenced_sink.spark.warmup import warm_up_writer
 from pyspark_fenced_sink.spark.workers import Role, settle
 
 __all__ = ["FencedLakeDataSource"]
@@ -119,11 +120,18 @@ class FencedLakeDataSource(DataSource):
         return FencedLakeStreamReader.open(self.options, schema)
 
     def writer(self, schema: Any, overwrite: bool) -> Any:
-        """A batch writer (Spark calls this on the driver when it plans ``df.write...save()``)."""
+        """A batch writer (Spark calls this on the driver when it plans ``df.write...save()``).
+
+        A warm-up write (``tune_session(spark, writers=N)``, :mod:`pyspark_fenced_sink.spark.warmup`)
+        gets a writer that touches no table.
+        """
         from pyspark_fenced_sink.spark.batch import FencedLakeBatchWriter
         from pyspark_fenced_sink.spark.sql import refuse_unnamed_table
 
         settle(Role.DRIVER)
+        warm_up = warm_up_writer(self.options)
+        if warm_up is not None:
+            return warm_up
         refuse_unnamed_table(self.options, schema)
         return FencedLakeBatchWriter.open(self.options, schema, overwrite)
 

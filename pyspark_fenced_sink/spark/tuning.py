@@ -98,7 +98,7 @@ def check_data_source(spark: Any) -> None:
         ) from None
 
 
-def tune_session(spark: Any, *, force: bool = False, check: bool = True) -> dict[str, str]:
+def tune_session(spark: Any, *, force: bool = False, check: bool = True, writers: int | None = None) -> dict[str, str]:
     """Turn off Spark's per-row Arrow batch size check and turn on Python filter pushdown in ``spark``.
 
     Changes :data:`ARROW_MAX_BYTES_PER_BATCH` only while it holds Spark's default (64 MiB), so a
@@ -110,15 +110,33 @@ def tune_session(spark: Any, *, force: bool = False, check: bool = True) -> dict
         spark: the SparkSession that will run the writes and reads.
         force: set the batch size even if the session holds a non-default one.
         check: first check that Spark finds ``format("fencedlake")`` (:func:`check_data_source`).
+        writers: how many fencedlake writes the application runs at once: if given, start the
+            Python workers that many concurrent writes need now (``warmup.warm_workers``), so the
+            first writes that overlap do not wait for Spark to start them (1-3.5 s each on a 2-core
+            host). Spark stops idle workers after a minute without requests: call it right before
+            the writes. None (the default): the pools grow when the writes need it.
 
     Returns:
         The settings changed, ``{key: new value}`` (empty if nothing changed).
 
     Raises:
         FencedLakeError: ``check`` and Spark cannot find the data source (the message names the fix).
+        ValueError: ``writers`` is not an int from 1 to ``warmup.MAX_WRITERS`` (nothing is changed).
     """
+    from pyspark_fenced_sink.spark.warmup import checked_writers, warm_workers
+
+    if writers is not None:
+        checked_writers(writers)
     if check:
         check_data_source(spark)
+    changed = _tune_confs(spark, force)
+    if writers is not None:
+        warm_workers(spark, writers)
+    return changed
+
+
+def _tune_confs(spark: Any, force: bool) -> dict[str, str]:
+    """:func:`tune_session`'s settings: the ones it changed, ``{key: new value}``."""
     changed: dict[str, str] = {}
     if str(spark.conf.get(PYTHON_FILTER_PUSHDOWN, None)).lower() != "true":
         spark.conf.set(PYTHON_FILTER_PUSHDOWN, "true")

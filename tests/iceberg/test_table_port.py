@@ -278,3 +278,35 @@ def test_barrier_only_commit_advances_upper_without_data(wh: str) -> None:
     table = embedded_catalog(wh).load_table(TABLE)
     assert CommittedState.decode(table.properties[STATE_PROPERTY]).upper == 3
     assert table_ids(wh, TABLE) == [0]
+
+
+def _commits(times_ms: list[int], outcomes: str = "A") -> Any:
+    """Metadata-like object: one fencedlake commit record per timestamp (each reconciles ``outcomes``)."""
+    from types import SimpleNamespace
+
+    from pyspark_fenced_sink.protocol.state import encode_record
+
+    def snapshot(ms: int, first: int) -> Any:
+        record = CommitRecord(first * len(outcomes), tuple((f"t{first:07d}", o) for o in outcomes))
+        return SimpleNamespace(timestamp_ms=ms, summary=SimpleNamespace(additional_properties=encode_record(record)))
+
+    return SimpleNamespace(snapshots=[snapshot(ms, i) for i, ms in enumerate(times_ms)])
+
+
+def test_an_idle_spell_between_bursts_does_not_stretch_the_commit_cadence() -> None:
+    """Commits 100 ms apart around a minute in which nobody wrote: the cadence is 0.1 s, not the mean 8.7 s
+    (waiters would sleep, helpers wait, up to that long while the commits ahead land every 100 ms)."""
+    from pyspark_fenced_sink.iceberg.commit.table_port import _pace
+
+    pace, cadence = _pace(_commits([0, 100, 200, 300, 60_300, 60_400, 60_500, 60_600]))
+    assert cadence == pytest.approx(0.1) and pace == pytest.approx(10.0)
+
+
+def test_a_table_written_rarely_keeps_its_long_cadence_and_voided_holes_are_not_paced() -> None:
+    from pyspark_fenced_sink.iceberg.commit.table_port import _pace
+
+    pace, cadence = _pace(_commits([0, 30_000, 60_000, 90_000], outcomes="AV"))
+    assert cadence == pytest.approx(30.0) and pace == pytest.approx(1 / 30)
+    assert _pace(_commits([5_000])) == (None, None)
+    same_ms = _pace(_commits([0, 0, 0, 0, 700]))  # most intervals zero: the mean over the span
+    assert same_ms[1] == pytest.approx(0.175)

@@ -14,9 +14,11 @@ storage error while the manifests are written, before the catalog request ->
 from __future__ import annotations
 
 import logging
+import statistics
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping
+from itertools import pairwise
 from typing import Any
 
 from pyiceberg.exceptions import (
@@ -176,12 +178,19 @@ PACE_COMMITS = 8
 
 
 def _pace(metadata: TableMetadata) -> tuple[float | None, float | None]:
-    """(WAL entries reconciled per second, seconds between commits) over the newest fencedlake commits.
+    """(WAL entries reconciled per second, seconds between commits) while the table is being written.
 
-    Entries, not positions: voided holes are not counted (counting them would widen claims, make
-    more holes and widen claims further). From the snapshots' timestamps (the committers' clocks):
-    only a hint for how writers claim positions and how often waiters look (``protocol.waiting``),
-    never used for a decision.
+    Over the newest fencedlake commits. The cadence is the **median** interval between them, not
+    their mean: a spell in which nobody wrote (a minute between two jobs, the gap between two
+    rounds of writes) is one long interval, and a mean would carry it into the burst that ends
+    it, where every waiter would sleep, and every helper wait, a cadence of the idle spell's
+    length while the commits ahead of it land every 50-100 ms (a convoy: 1-3 s per write; docs/
+    benchmarks.md §9.2). A table written rarely has only long intervals, and its median is long.
+    The pace is the mean entries per commit over that cadence. Entries, not positions: voided
+    holes are not counted (counting them would widen claims, make more holes and widen claims
+    further). From the snapshots' timestamps (the committers' clocks): only a hint for how
+    writers claim positions and how often waiters look (``protocol.waiting``), never used for a
+    decision.
     """
     recent: list[tuple[float, int]] = []
     for snapshot in metadata.snapshots[::-1][: 4 * PACE_COMMITS]:
@@ -196,8 +205,12 @@ def _pace(metadata: TableMetadata) -> tuple[float | None, float | None]:
                 break
     if len(recent) < 2 or recent[0][0] <= recent[-1][0]:
         return None, None
-    span = recent[0][0] - recent[-1][0]
-    return sum(n for _, n in recent[:-1]) / span, span / (len(recent) - 1)
+    intervals = [newer[0] - older[0] for newer, older in pairwise(recent)]
+    cadence = statistics.median(intervals)
+    if cadence <= 0:  # most commits in the same millisecond: the mean of the span
+        cadence = (recent[0][0] - recent[-1][0]) / len(intervals)
+    per_commit = sum(n for _, n in recent[:-1]) / len(intervals)
+    return per_commit / cadence, cadence
 
 
 def _records(metadata: TableMetadata) -> Iterator[CommitRecord]:
