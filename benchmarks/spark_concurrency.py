@@ -210,7 +210,7 @@ def run(
     with tempfile.TemporaryDirectory(prefix="fencedlake-bench-cc-", dir=workdir) as tmp_name:
         tmp = Path(warehouse) if warehouse else Path(tmp_name)
         trace_dir = tmp / "trace" if trace else None
-        source = "fencedlake"  # the format the fencedlake writes name (Spark keeps worker pools per source)
+        source = "fencedlake"  # the format the fencedlake writes name (the traced one gets pools of its own)
         if trace_dir is not None:
             from benchmarks.traced_sink import TracedFencedLake
 

@@ -54,7 +54,7 @@ logger = logging.getLogger(__name__)
 WARM_UP = "fencedlake.warm-up"
 #: How long a warm-up step waits for the other ``n - 1`` (Python start, imports and freeze take 1-3.5 s each).
 RENDEZVOUS_SECONDS = 30.0
-#: The most concurrent writes :func:`warm_workers` warms for (each worker holds ~150 MB once settled).
+#: The most concurrent writes :func:`warm_workers` warms for (a settled worker: ~140 MB of its own, 200 MB resident).
 MAX_WRITERS = 64
 #: The steps whose pools a warm-up write grows, in the order a write reaches them.
 STEPS = ("plan", "commit")
@@ -91,9 +91,9 @@ class WarmUp:
     def meet(self, step: str, *, seconds: float = RENDEZVOUS_SECONDS) -> None:
         """Settle this worker, then wait until ``n`` workers are in ``step`` at once.
 
-        Each arrival is one empty file (named by the worker's pid and a random suffix). A worker that gives up
-        leaves :data:`_GAVE_UP` behind, so the rest stop waiting. After the last step, the
-        ``n``-th worker to leave removes the directory.
+        Each arrival is one empty file (named by the worker's pid and a random suffix). A worker
+        that gives up leaves :data:`_GAVE_UP` behind, so the rest stop waiting. After the last
+        step, the ``n``-th worker to leave removes the directory.
 
         Raises:
             FencedLakeError: the workers did not meet (this one or another gave up).
@@ -176,7 +176,8 @@ def warm_workers(spark: Any, writers: int, *, source: str = "fencedlake") -> dic
     Runs ``writers`` warm-up writes from as many threads; their planning steps meet, then
     their commit steps (module docstring). Costs one Python worker start per missing
     worker (1-3.5 s each on a 2-core host, in parallel) and, per worker, the memory of the
-    sink's imports (~150 MB); a pool already that large answers in well under a second.
+    sink's imports (~140 MB not shared with other workers); a pool already that large
+    answers in well under a second.
     Works on classic and Spark Connect sessions.
 
     Args:
