@@ -108,7 +108,7 @@ class WarmUp:
         deadline = time.monotonic() + seconds
         met = False
         while not (self.directory / _GAVE_UP).exists():
-            if sum(1 for p in here.iterdir() if p.name.startswith("in-")) >= self.n:
+            if _count(here, "in-") >= self.n:
                 met = True
                 break
             if time.monotonic() > deadline:
@@ -116,15 +116,20 @@ class WarmUp:
                 break
             time.sleep(_POLL_SECONDS)
         if not met:
-            arrived = sum(1 for p in here.iterdir() if p.name.startswith("in-"))
+            arrived = _count(here, "in-")
             raise FencedLakeError(
                 f"warm-up: {arrived} of {self.n} Python workers were in the {step} step at once within "
                 f"{seconds:g} s; the pool grows when writes need it"
             )
         if step == STEPS[-1]:
             (here / f"out-{me}").touch()
-            if sum(1 for p in here.iterdir() if p.name.startswith("out-")) >= self.n:
+            if _count(here, "out-") >= self.n:
                 shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def _count(here: Path, prefix: str) -> int:
+    """How many workers left a ``prefix`` file in the step directory ``here``."""
+    return sum(1 for p in here.iterdir() if p.name.startswith(prefix))
 
 
 class WarmUpWriter(DataSourceWriter):

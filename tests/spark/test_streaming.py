@@ -453,6 +453,11 @@ def test_two_queries_and_a_batch_job_write_one_table_at_once(spark: Any, env: di
         assert writer_state(wh, table, f"stream-{n}").batches.last == 3  # type: ignore[union-attr]
 
 
+def _in_flight_checkpoint_files(directory: str, names: list[str]) -> set[str]:
+    """Spark's checkpoint writes a file as a hidden `.name.<uuid>.tmp` (and its `.crc`), then renames it."""
+    return {name for name in names if name.startswith(".") and ".tmp" in name}
+
+
 def test_zombie_incarnation_is_fenced_and_lands_nothing_after_the_fence(spark: Any, env: dict[str, str]) -> None:
     """Two incarnations of one query (writer.id, query id) at once, in two applications: the newer one's first
     commit fences the older; the older's query fails with FencedWriterError and none of its later entries apply."""
@@ -493,7 +498,10 @@ def test_zombie_incarnation_is_fenced_and_lands_nothing_after_the_fence(spark: A
         assert old.poll() is None, out.read_text()[-3000:]
         old_run = writer_state(wh, table, writer).run  # type: ignore[union-attr]
         # The new incarnation resumes a copy of the checkpoint (same query id): no Spark-level conflict, only ours.
-        shutil.copytree(env["chk"], env["chk"] + "-new")
+        # The old one may be writing its checkpoint right now: wait for batch 0's commit file (Spark writes it after
+        # our commit returns) and leave out in-flight files (`.N.<uuid>.tmp`, renamed away as we copy).
+        wait_until(lambda: Path(env["chk"], "commits", "0").exists(), 60, "the old run's checkpoint commit of batch 0")
+        shutil.copytree(env["chk"], env["chk"] + "-new", ignore=_in_flight_checkpoint_files)
         new = start_query(
             spark,
             input_dir=inp,
