@@ -124,12 +124,20 @@ run_stage() {  # run_stage NAME JUNIT_XML_OR_- CMD...
     log "stage '$name': $result in ${dt}s"
 }
 
+# pytest-xdist's arguments in `parallel`: FENCEDLAKE_TEST_WORKERS (default 2) workers, tests spread by mode $1;
+# none with 1 worker.
+xdist() {
+    local workers="${FENCEDLAKE_TEST_WORKERS:-2}"
+    parallel=()
+    if [ "$workers" -gt 1 ]; then
+        parallel=(-n "$workers" --dist "$1")
+    fi
+}
+
 for stage in "${stages[@]}"; do
     case "$stage" in
     unit)
-        workers="${FENCEDLAKE_TEST_WORKERS:-2}"
-        parallel=()
-        [ "$workers" -gt 1 ] && parallel=(-n "$workers" --dist loadfile)
+        xdist loadfile
         run_stage unit "$OUT/unit.xml" "$PY" -m pytest tests "${parallel[@]}" --durations=15 --junitxml="$OUT/unit.xml"
         ;;
     wheel)
@@ -137,9 +145,7 @@ for stage in "${stages[@]}"; do
         ;;
     integration)
         prepared  # both fetch Iceberg's jars (integration/jvm/fetch.sh): never at the same time
-        workers="${FENCEDLAKE_TEST_WORKERS:-2}"
-        parallel=()
-        [ "$workers" -gt 1 ] && parallel=(-n "$workers" --dist loadscope)
+        xdist loadscope
         run_stage integration "$OUT/integration.xml" integration/run.sh integration "${parallel[@]}" \
             --durations=15 --junitxml="$OUT/integration.xml"
         ;;

@@ -570,10 +570,8 @@ def lower_barrier_job(env: Env, name: str, steps: int) -> None:
     ``Wal._seal_after_lower``), or the zombie's late put lands in one and is applied.
     """
     _await(env, "stalled after list", "zombie")
-    for _ in range(400):  # the jumpers' puts first: then the position the zombie is about to take may lie below
-        if env.extra.get("jumper puts", 0) >= 4:
-            break
-        env.sched.checkpoint()
+    # The jumpers' puts first: then the position the zombie is about to take may lie below.
+    _await_until(env, lambda: env.extra.get("jumper puts", 0) >= 4)
     for _ in range(steps):
         env.sched.checkpoint()
     env.stall_after_put.add(name)
@@ -591,8 +589,13 @@ def _jump(env: Env, name: str) -> None:
 
 def _await(env: Env, what: str, value: object) -> None:
     """Wait (at most a few hundred scheduler steps, not on the clock) until ``env.extra[what]`` is ``value``."""
+    _await_until(env, lambda: env.extra.get(what) == value)
+
+
+def _await_until(env: Env, done: Callable[[], bool]) -> None:
+    """Wait at most 400 scheduler steps (not on the clock) until ``done()``."""
     for _ in range(400):
-        if env.extra.get(what) == value:
+        if done():
             return
         env.sched.checkpoint()
 
